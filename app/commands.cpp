@@ -1,0 +1,166 @@
+#include "commands.hpp"
+
+#include <c10/util/Exception.h>
+#include <mpi.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "comm/world.hpp"
+#include "config/deck.hpp"
+#include "core/error.hpp"
+#include "data/prepare.hpp"
+#include "train/trainer.hpp"
+
+namespace po = boost::program_options;
+
+namespace trident::app {
+
+namespace {
+
+// Runs a subcommand body and turns what it throws into the exit codes of DESIGN.md: bad input
+// is printed once (rank 0) and exits 2 on every rank; a fault of one rank aborts the job.
+template <typename Body>
+int guarded(bool mpi, Body body) {
+  int rank = 0, size = 1;
+  if (mpi) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  try {
+    return body();
+  } catch (const BadInput& e) {
+    if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const po::error& e) {
+    if (rank == 0) std::fprintf(stderr, "trident: error: %s (see --help)\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {  // Fault, c10::Error, std::filesystem_error, ...
+    std::fprintf(stderr, "trident: fault: %s: %s\n", who().c_str(), e.what());
+    std::fflush(stderr);
+    if (mpi && size > 1) MPI_Abort(MPI_COMM_WORLD, kExitFault);
+    return kExitFault;
+  }
+}
+
+po::variables_map parse(int argc, char** argv, const po::options_description& options,
+                        const po::positional_options_description& positional) {
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
+}  // namespace
+
+void print_usage() {
+  std::printf(
+      "trident %s: hybrid data x pipeline x ZeRO parallel training with LibTorch, MPI and HDF5\n\n"
+      "usage:\n"
+      "  mpiexec -n N trident train DECK [--set section.key=value ...]   train from an input deck\n"
+      "  trident train --help-deck                   every deck key, its default and meaning\n"
+      "  trident prepare-data fashion-mnist --out FILE.h5 [--source DIR]\n"
+      "  trident prepare-data synthetic --out FILE.h5 [--train N --test N --classes K --shape CxHxW ...]\n"
+      "  trident inspect FILE.h5                     list datasets, shapes, types and attributes\n"
+      "  trident --version | --help\n\n"
+      "exit codes: 0 success, 2 bad input (deck, dataset, layout; one message), 1 a fault (the job aborts)\n",
+      TRIDENT_VERSION);
+}
+
+int train_command(int argc, char** argv) {
+  po::options_description options("trident train DECK");
+  options.add_options()("help,h", "this help")("help-deck", "print every deck key with its default and meaning")(
+      "deck", po::value<std::string>(), "input deck (INI)")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a deck key: --set optim.lr=3e-4");
+  po::positional_options_description positional;
+  positional.add("deck", 1);
+
+  // Help needs no MPI: answer it before MPI_Init so `trident train --help-deck` works anywhere.
+  po::variables_map vm;
+  const int parsed = guarded(false, [&] {
+    vm = parse(argc, argv, options, positional);
+    return 0;
+  });
+  if (parsed != 0) return parsed;
+  if (vm.count("help")) {
+    std::cout << options << "\n";
+    return 0;
+  }
+  if (vm.count("help-deck")) {
+    std::cout << config::deck_help();
+    return 0;
+  }
+
+  comm::MpiSession mpi(&argc, &argv);
+  return guarded(true, [&] {
+    if (!vm.count("deck")) throw BadInput("train: no deck given (trident train DECK; see --help)");
+    const auto overrides = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
+    int world_size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    config::validate_or_throw(deck, {world_size, false});
+    train::Trainer trainer(deck, MPI_COMM_WORLD);
+    trainer.run();
+    return 0;
+  });
+}
+
+int prepare_data_command(int argc, char** argv) {
+  po::options_description options("trident prepare-data fashion-mnist|synthetic");
+  std::string shape = "1x28x28";
+  data::SyntheticSpec spec;
+  options.add_options()("help,h", "this help")("kind", po::value<std::string>(), "fashion-mnist | synthetic")(
+      "out", po::value<std::string>(), "output HDF5 file")(
+      "source", po::value<std::string>()->default_value("/usr/share/datasets/fashion-mnist"),
+      "fashion-mnist: folder of the IDX .gz files (Debian package dataset-fashion-mnist)")(
+      "train", po::value<int64_t>(&spec.train)->default_value(spec.train), "synthetic: training samples")(
+      "test", po::value<int64_t>(&spec.test)->default_value(spec.test), "synthetic: test samples")(
+      "classes", po::value<int64_t>(&spec.classes)->default_value(spec.classes), "synthetic: classes")(
+      "shape", po::value<std::string>(&shape)->default_value(shape), "synthetic: sample shape CxHxW")(
+      "noise", po::value<double>(&spec.noise)->default_value(spec.noise), "synthetic: noise standard deviation")(
+      "seed", po::value<uint64_t>(&spec.seed)->default_value(spec.seed), "synthetic: seed");
+  po::positional_options_description positional;
+  positional.add("kind", 1);
+  return guarded(false, [&] {
+    const auto vm = parse(argc, argv, options, positional);
+    if (vm.count("help")) {
+      std::cout << options << "\n";
+      return 0;
+    }
+    if (!vm.count("kind") || !vm.count("out"))
+      throw BadInput("prepare-data: give a kind (fashion-mnist | synthetic) and --out FILE.h5");
+    const std::string kind = vm["kind"].as<std::string>(), out = vm["out"].as<std::string>();
+    if (kind == "fashion-mnist") {
+      data::prepare_fashion_mnist(vm["source"].as<std::string>(), out);
+    } else if (kind == "synthetic") {
+      if (std::sscanf(shape.c_str(), "%ldx%ldx%ld", &spec.channels, &spec.height, &spec.width) != 3)
+        throw BadInput("prepare-data: --shape '" + shape + "' is not CxHxW (e.g. 1x28x28)");
+      data::prepare_synthetic(spec, out);
+    } else {
+      throw BadInput("prepare-data: unknown kind '" + kind + "' (fashion-mnist | synthetic)");
+    }
+    std::printf("prepare-data: wrote %s\n", out.c_str());
+    return 0;
+  });
+}
+
+int inspect_command(int argc, char** argv) {
+  po::options_description options("trident inspect FILE.h5");
+  options.add_options()("help,h", "this help")("file", po::value<std::string>(), "an HDF5 dataset");
+  po::positional_options_description positional;
+  positional.add("file", 1);
+  return guarded(false, [&] {
+    const auto vm = parse(argc, argv, options, positional);
+    if (vm.count("help") || !vm.count("file")) {
+      std::cout << options << "\n";
+      return vm.count("help") ? 0 : static_cast<int>(kExitBadInput);
+    }
+    std::cout << data::describe_hdf5(vm["file"].as<std::string>());
+    return 0;
+  });
+}
+
+}  // namespace trident::app

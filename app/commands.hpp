@@ -1,0 +1,10 @@
+#pragma once
+// The subcommands of `trident`; each parses its own options and returns the exit code.
+namespace trident::app {
+
+int train_command(int argc, char** argv);
+int prepare_data_command(int argc, char** argv);
+int inspect_command(int argc, char** argv);
+void print_usage();
+
+}  // namespace trident::app

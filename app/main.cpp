@@ -1,0 +1,25 @@
+// trident: one executable, subcommands dispatched here (DESIGN.md "Command line").
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  using namespace trident::app;
+  const std::string command = argc > 1 ? argv[1] : "--help";
+  // Each subcommand sees argv from its own name on: `train DECK --set ...`.
+  if (command == "train") return train_command(argc - 1, argv + 1);
+  if (command == "prepare-data") return prepare_data_command(argc - 1, argv + 1);
+  if (command == "inspect") return inspect_command(argc - 1, argv + 1);
+  if (command == "--version" || command == "version") {
+    std::printf("trident %s\n", TRIDENT_VERSION);
+    return 0;
+  }
+  if (command == "--help" || command == "-h" || command == "help") {
+    print_usage();
+    return 0;
+  }
+  std::fprintf(stderr, "trident: error: unknown command '%s' (trident --help lists them)\n", command.c_str());
+  return 2;
+}

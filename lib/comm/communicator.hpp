@@ -1,0 +1,39 @@
+#pragma once
+// Collectives on tensors, behind one interface: an MPI backend (CPU tensors, always built)
+// and, where CUDA LibTorch and NCCL are found, an NCCL backend (CUDA tensors). Every call is
+// collective over the communicator's group unless it says otherwise; sums are in place.
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+namespace trident::comm {
+
+// A collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual bool test() = 0;  // true once complete; also drives progress
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+
+  virtual void all_reduce_sum(at::Tensor& tensor) = 0;
+  virtual std::unique_ptr<Work> all_reduce_sum_async(at::Tensor& tensor) = 0;
+  // `input` holds size() equal chunks; `output` (one chunk) gets the sum of chunk rank().
+  virtual void reduce_scatter_sum(const at::Tensor& input, at::Tensor& output) = 0;
+  // `output` holds size() chunks; chunk r is rank r's `input`.
+  virtual void all_gather(const at::Tensor& input, at::Tensor& output) = 0;
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  virtual void send(const at::Tensor& tensor, int peer, int tag) = 0;
+  virtual void recv(at::Tensor& tensor, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace trident::comm

@@ -1,0 +1,32 @@
+#pragma once
+#include <mpi.h>
+
+#include "comm/communicator.hpp"
+
+namespace trident::comm {
+
+// MPI backend: contiguous CPU tensors, MPI datatypes from the tensor dtype.
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm);  // does not take ownership
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+  MPI_Comm handle() const { return comm_; }
+
+  void all_reduce_sum(at::Tensor& tensor) override;
+  std::unique_ptr<Work> all_reduce_sum_async(at::Tensor& tensor) override;
+  void reduce_scatter_sum(const at::Tensor& input, at::Tensor& output) override;
+  void all_gather(const at::Tensor& input, at::Tensor& output) override;
+  void broadcast(at::Tensor& tensor, int root) override;
+  void send(const at::Tensor& tensor, int peer, int tag) override;
+  void recv(at::Tensor& tensor, int peer, int tag) override;
+  void barrier() override;
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace trident::comm

@@ -1,0 +1,79 @@
+#include "comm/world.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace trident::comm {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // Errors come back as codes so MPI_CHECK can name rank, host and call.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+World World::from(MPI_Comm comm) {
+  World w;
+  w.comm = comm;
+  MPI_CHECK(MPI_Comm_rank(comm, &w.rank));
+  MPI_CHECK(MPI_Comm_size(comm, &w.size));
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_CHECK(MPI_Get_processor_name(name, &len));
+  w.host.assign(name, static_cast<size_t>(len));
+
+  MPI_Comm node_comm;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &node_comm));
+  MPI_CHECK(MPI_Comm_rank(node_comm, &w.local_rank));
+  MPI_CHECK(MPI_Comm_size(node_comm, &w.local_size));
+  MPI_CHECK(MPI_Comm_free(&node_comm));
+
+  // Nodes are numbered by their lowest rank: the node leaders (local rank 0) in rank order.
+  const int leader = w.local_rank == 0 ? 1 : 0;
+  std::vector<int> leaders(static_cast<size_t>(w.size));
+  MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm));
+  std::vector<char> names(static_cast<size_t>(w.size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_CHECK(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                          MPI_CHAR, comm));
+  w.node_count = 0;
+  for (int r = 0; r < w.size; ++r) {
+    if (!leaders[static_cast<size_t>(r)]) continue;
+    const std::string node(&names[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+    w.node_names.push_back(node);
+    if (node == w.host) w.node_index = w.node_count;
+    ++w.node_count;
+  }
+  if (comm == MPI_COMM_WORLD) {
+    set_identity(w.rank, w.host);
+    log::set_rank(w.rank);
+  }
+  return w;
+}
+
+void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const int mine = local_error.empty() ? INT_MAX : rank;
+  int first = INT_MAX;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == INT_MAX) return;
+  int length = static_cast<int>(local_error.size());
+  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, comm));
+  std::string message = local_error;
+  message.resize(static_cast<size_t>(length));
+  MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first, comm));
+  throw BadInput(message);
+}
+
+}  // namespace trident::comm

@@ -1,0 +1,39 @@
+#pragma once
+// The MPI world of one run: who this process is, on which node, among how many.
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace trident::comm {
+
+// Initialises MPI (MPI_THREAD_FUNNELED is enough: only the main thread calls MPI) on
+// construction and finalises it on destruction. Works under mpiexec (Hydra) and srun --mpi=pmi2.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+struct World {
+  MPI_Comm comm = MPI_COMM_WORLD;  // the ranks of this run (tests use sub-communicators)
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // rank among the ranks on this node (MPI_Comm_split_type SHARED)
+  int local_size = 1;
+  int node_count = 1;
+  int node_index = 0;
+  std::string host;
+  std::vector<std::string> node_names;  // one per node, in node order
+
+  // Collective over `comm`.
+  static World from(MPI_Comm comm);
+};
+
+// Every rank passes its own verdict (empty = fine); if any rank has one, every rank throws
+// BadInput with the lowest failing rank's message (so rank 0 can print it once). Collective.
+void agree_or_throw(MPI_Comm comm, const std::string& local_error);
+
+}  // namespace trident::comm

@@ -1,0 +1,363 @@
+#include "config/deck.hpp"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace trident::config {
+
+// ---- typed conversion of one value --------------------------------------------------------
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+bool parse_value(const std::string& text, std::string& out) {
+  out = trim(text);
+  return true;
+}
+bool parse_value(const std::string& text, int64_t& out) {
+  const std::string t = trim(text);
+  if (t.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(t.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  out = v;
+  return true;
+}
+bool parse_value(const std::string& text, double& out) {
+  const std::string t = trim(text);
+  if (t.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (errno != 0 || *end != '\0') return false;
+  out = v;
+  return true;
+}
+
+std::string to_text(const std::string& v) { return v; }
+std::string to_text(int64_t v) { return std::to_string(v); }
+std::string to_text(double v) { return fmt::format("{}", v); }
+
+const char* type_word(const std::string*) { return "text"; }
+const char* type_word(const int64_t*) { return "integer"; }
+const char* type_word(const double*) { return "number"; }
+
+struct FieldAccess {
+  FieldInfo info;
+  std::function<bool(Deck&, const std::string&)> set;  // false: not a value of the type
+  std::function<std::string(const Deck&)> get;
+};
+
+const std::vector<FieldAccess>& accessors() {
+  static const std::vector<FieldAccess> list = [] {
+    std::vector<FieldAccess> v;
+#define TRIDENT_DECK_ACCESS(section_, key_, type_, default_value, help_)                         \
+  v.push_back(FieldAccess{                                                                       \
+      FieldInfo{#section_, #key_, type_word(static_cast<const type_*>(nullptr)),                 \
+                to_text(type_(default_value)), help_},                                           \
+      [](Deck& d, const std::string& text) { return parse_value(text, d.section_.key_); },       \
+      [](const Deck& d) { return to_text(d.section_.key_); }});
+    TRIDENT_DECK_FIELDS(TRIDENT_DECK_ACCESS)
+#undef TRIDENT_DECK_ACCESS
+    return v;
+  }();
+  return list;
+}
+
+const FieldAccess* find_field(const std::string& name) {
+  for (const auto& f : accessors())
+    if (f.info.name() == name) return &f;
+  return nullptr;
+}
+
+// Line of `key = ...` inside `[section]` of an INI text, for messages; 0 if not found.
+int line_of_key(const std::string& text, const std::string& name) {
+  const auto dot = name.find('.');
+  const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
+  std::istringstream in(text);
+  std::string line, current;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const std::string t = trim(line);
+    if (t.size() > 1 && t.front() == '[') {
+      current = trim(t.substr(1, t.find(']') - 1));
+    } else if (current == section) {
+      const auto eq = t.find('=');
+      if (eq != std::string::npos && trim(t.substr(0, eq)) == key) return n;
+    }
+  }
+  return 0;
+}
+
+std::string where(const std::string& source, const std::string& text, const std::string& name) {
+  const int line = line_of_key(text, name);
+  return line > 0 ? fmt::format("{}:{}", source, line) : source;
+}
+
+[[noreturn]] void throw_all(const std::string& source, const std::vector<std::string>& errors) {
+  std::string msg = fmt::format("bad deck {}: {} error{}", source, errors.size(), errors.size() > 1 ? "s" : "");
+  for (const auto& e : errors) msg += "\n  " + e;
+  throw BadInput(msg);
+}
+
+}  // namespace
+
+const std::vector<FieldInfo>& deck_fields() {
+  static const std::vector<FieldInfo> list = [] {
+    std::vector<FieldInfo> v;
+    for (const auto& f : accessors()) v.push_back(f.info);
+    return v;
+  }();
+  return list;
+}
+
+// ---- reading -----------------------------------------------------------------------------
+
+Deck parse_deck_text(const std::string& text, const std::string& source,
+                     const std::vector<std::string>& overrides) {
+  Deck deck;
+  deck.source = source;
+  deck.source_text = text;
+  std::vector<std::string> errors;
+
+  // Every value is read as text by Boost.Program_options and converted here, so a wrong type
+  // gets a message naming the key, its line and the expected type.
+  po::options_description description("deck");
+  for (const auto& f : accessors())
+    description.add_options()(f.info.name().c_str(), po::value<std::string>(), f.info.help.c_str());
+
+  po::variables_map values;
+  std::istringstream stream(text);
+  try {
+    po::store(po::parse_config_file(stream, description, /*allow_unregistered=*/false), values);
+  } catch (const po::unknown_option& e) {
+    const std::string name = e.get_option_name();
+    errors.push_back(fmt::format("{}: unknown key '{}' (trident train --help-deck lists every key)",
+                                 where(source, text, name), name));
+  } catch (const po::invalid_config_file_syntax& e) {
+    errors.push_back(fmt::format("{}: syntax error: {}", source, e.what()));
+  } catch (const po::multiple_occurrences& e) {
+    errors.push_back(fmt::format("{}: key '{}' is given more than once", source, e.get_option_name()));
+  } catch (const po::error& e) {
+    errors.push_back(fmt::format("{}: {}", source, e.what()));
+  }
+  if (!errors.empty()) throw_all(source, errors);
+
+  for (const auto& [name, value] : values) {
+    const FieldAccess* field = find_field(name);
+    const std::string raw = value.as<std::string>();
+    if (!field->set(deck, raw))
+      errors.push_back(fmt::format("{}: {} = '{}' is not {} {}", where(source, text, name), name, raw,
+                                   field->info.type == "integer" ? "an" : "a", field->info.type));
+  }
+  for (const auto& item : overrides) {
+    const auto eq = item.find('=');
+    const std::string name = trim(item.substr(0, eq));
+    const FieldAccess* field = eq == std::string::npos ? nullptr : find_field(name);
+    if (eq == std::string::npos) {
+      errors.push_back(fmt::format("--set {}: expected section.key=value", item));
+    } else if (!field) {
+      errors.push_back(fmt::format("--set {}: unknown key '{}' (trident train --help-deck lists every key)", item, name));
+    } else if (!field->set(deck, item.substr(eq + 1))) {
+      errors.push_back(fmt::format("--set {}: {} is not {} {}", item, name,
+                                   field->info.type == "integer" ? "an" : "a", field->info.type));
+    }
+  }
+  if (!errors.empty()) throw_all(source, errors);
+
+  // ${name} / ${run.name} in output_dir: one run folder per named run.
+  for (const std::string token : {"${name}", "${run.name}"}) {
+    for (auto pos = deck.run.output_dir.find(token); pos != std::string::npos;
+         pos = deck.run.output_dir.find(token))
+      deck.run.output_dir.replace(pos, token.size(), deck.run.name);
+  }
+  return deck;
+}
+
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw BadInput(fmt::format("bad deck {}: cannot open the file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_deck_text(text.str(), path, overrides);
+}
+
+// ---- validation ---------------------------------------------------------------------------
+
+int64_t resolved_dp(const Deck& deck, int world_size) {
+  if (deck.parallel.dp == "auto") return deck.parallel.pp > 0 ? world_size / deck.parallel.pp : world_size;
+  int64_t dp = 0;
+  return parse_value(deck.parallel.dp, dp) ? dp : 0;
+}
+
+std::vector<int64_t> hidden_sizes(const Deck& deck) {
+  std::vector<int64_t> sizes;
+  std::stringstream in(deck.model.hidden);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    int64_t v = 0;
+    if (!parse_value(item, v)) return {};
+    sizes.push_back(v);
+  }
+  return sizes;
+}
+
+std::vector<std::string> validate(const Deck& d, const Environment& env) {
+  std::vector<std::string> errors;
+  auto fail = [&](const std::string& key, const std::string& text) {
+    errors.push_back(fmt::format("{}: {}", key, text));
+  };
+  auto one_of = [&](const std::string& key, const std::string& value, std::set<std::string> allowed) {
+    if (allowed.count(value)) return true;
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : " | ") + a;
+    fail(key, fmt::format("'{}' is not one of {}", value, list));
+    return false;
+  };
+  auto at_least = [&](const std::string& key, double value, double min) {
+    if (value < min) fail(key, fmt::format("{} is out of range (must be >= {})", value, min));
+  };
+
+  if (d.run.name.empty() || !std::regex_match(d.run.name, std::regex("[A-Za-z0-9_.+-]+")))
+    fail("run.name", fmt::format("'{}' must be non-empty and use only letters, digits and _ . + -", d.run.name));
+  if (d.run.output_dir.empty()) fail("run.output_dir", "must not be empty");
+  at_least("run.seed", static_cast<double>(d.run.seed), 0);
+  at_least("run.max_steps", static_cast<double>(d.run.max_steps), 0);
+  if (d.run.max_steps == 0) at_least("run.epochs", static_cast<double>(d.run.epochs), 1);
+  at_least("run.log_every", static_cast<double>(d.run.log_every), 1);
+  at_least("run.threads", static_cast<double>(d.run.threads), 0);
+  if (one_of("run.device", d.run.device, {"auto", "cpu", "cuda"}) && d.run.device == "cuda" && !env.cuda_available)
+    fail("run.device", "'cuda' requested, but this trident was built without CUDA or the node has no GPU");
+
+  if (d.data.path.empty()) fail("data.path", "must not be empty");
+  at_least("data.prefetch", static_cast<double>(d.data.prefetch), 0);
+
+  if (one_of("model.kind", d.model.kind, {"mlp", "cnn"}) && d.model.kind == "mlp") {
+    const auto sizes = hidden_sizes(d);
+    bool ok = !sizes.empty();
+    for (auto s : sizes) ok = ok && s >= 1;
+    if (!ok) fail("model.hidden", fmt::format("'{}' must be a comma-separated list of positive widths", d.model.hidden));
+  }
+
+  const int64_t pp = d.parallel.pp;
+  if (pp < 1) {
+    fail("parallel.pp", fmt::format("{} is out of range (must be >= 1)", pp));
+  } else if (pp != 1) {
+    fail("parallel.pp", fmt::format("{} pipeline stages requested; this version runs pp = 1 only", pp));
+  }
+  int64_t dp = 0;
+  if (d.parallel.dp != "auto" && (!parse_value(d.parallel.dp, dp) || dp < 1)) {
+    fail("parallel.dp", fmt::format("'{}' must be auto or a positive integer", d.parallel.dp));
+  } else if (pp >= 1) {
+    dp = resolved_dp(d, env.world_size);
+    if (d.parallel.dp == "auto" && env.world_size % pp != 0)
+      fail("parallel.pp", fmt::format("world size {} is not divisible by parallel.pp({})", env.world_size, pp));
+    else if (dp * pp != env.world_size)
+      fail("parallel.dp", fmt::format("dp({}) x pp({}) = {} != world size {}", dp, pp, dp * pp, env.world_size));
+  }
+  if (d.parallel.zero < 0 || d.parallel.zero > 3)
+    fail("parallel.zero", fmt::format("{} is out of range (0 | 1 | 2 | 3)", d.parallel.zero));
+  else if (d.parallel.zero != 0)
+    fail("parallel.zero", fmt::format("ZeRO stage {} requested; this version runs zero = 0 only", d.parallel.zero));
+  one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b"});
+  if (one_of("parallel.backend", d.parallel.backend, {"auto", "mpi", "nccl"}) && d.parallel.backend == "nccl" &&
+      !env.cuda_available)
+    fail("parallel.backend", "'nccl' requested, but this trident was built without CUDA/NCCL or the node has no GPU");
+  if (!(d.parallel.bucket_mb > 0)) fail("parallel.bucket_mb", fmt::format("{} must be > 0", d.parallel.bucket_mb));
+
+  one_of("optim.name", d.optim.name, {"adamw", "sgd"});
+  if (!(d.optim.lr > 0)) fail("optim.lr", fmt::format("{} must be > 0", d.optim.lr));
+  one_of("optim.lr_schedule", d.optim.lr_schedule, {"constant", "cosine"});
+  at_least("optim.warmup_steps", static_cast<double>(d.optim.warmup_steps), 0);
+  if (d.optim.lr > 0 && (d.optim.min_lr < 0 || d.optim.min_lr > d.optim.lr))
+    fail("optim.min_lr", fmt::format("{} is out of range (0 <= min_lr <= lr = {})", d.optim.min_lr, d.optim.lr));
+  at_least("optim.weight_decay", d.optim.weight_decay, 0);
+  for (auto [key, v] : {std::pair<const char*, double>{"optim.momentum", d.optim.momentum},
+                        {"optim.beta1", d.optim.beta1},
+                        {"optim.beta2", d.optim.beta2}})
+    if (v < 0 || v >= 1) fail(key, fmt::format("{} is out of range (0 <= value < 1)", v));
+  if (!(d.optim.eps > 0)) fail("optim.eps", fmt::format("{} must be > 0", d.optim.eps));
+  at_least("optim.clip_grad_norm", d.optim.clip_grad_norm, 0);
+  if (one_of("optim.precision", d.optim.precision, {"fp32", "bf16", "fp16"}) && d.optim.precision != "fp32")
+    fail("optim.precision", fmt::format("'{}' requested; this version trains in fp32 only", d.optim.precision));
+  const bool batches_ok = d.optim.global_batch >= 1 && d.optim.micro_batch >= 1;
+  at_least("optim.global_batch", static_cast<double>(d.optim.global_batch), 1);
+  at_least("optim.micro_batch", static_cast<double>(d.optim.micro_batch), 1);
+  if (batches_ok && dp >= 1 && d.optim.global_batch % (d.optim.micro_batch * dp) != 0)
+    fail("optim.global_batch",
+         fmt::format("{} is not divisible by optim.micro_batch({}) x dp({}) = {}", d.optim.global_batch,
+                     d.optim.micro_batch, dp, d.optim.micro_batch * dp));
+
+  if (d.checkpoint.every_steps < 0) fail("checkpoint.every_steps", "must be >= 0");
+  else if (d.checkpoint.every_steps > 0) fail("checkpoint.every_steps", "checkpoints are not in this version; use 0");
+  if (d.checkpoint.every_minutes < 0) fail("checkpoint.every_minutes", "must be >= 0");
+  else if (d.checkpoint.every_minutes > 0) fail("checkpoint.every_minutes", "checkpoints are not in this version; use 0");
+  at_least("checkpoint.keep_last", static_cast<double>(d.checkpoint.keep_last), 1);
+  return errors;
+}
+
+void validate_or_throw(const Deck& deck, const Environment& env) {
+  const auto errors = validate(deck, env);
+  if (errors.empty()) return;
+  // Point each message at the key's line in the deck when we can find it.
+  std::vector<std::string> located;
+  for (const auto& e : errors) {
+    const std::string key = e.substr(0, e.find(':'));
+    located.push_back(fmt::format("{}: {}", where(deck.source, deck.source_text, key), e));
+  }
+  throw_all(deck.source, located);
+}
+
+// ---- printing ----------------------------------------------------------------------------
+
+std::vector<std::pair<std::string, std::string>> deck_values(const Deck& deck) {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (const auto& f : accessors()) v.emplace_back(f.info.name(), f.get(deck));
+  return v;
+}
+
+std::string deck_help() {
+  std::string out = "# Every key of a trident deck, with its default and meaning.\n";
+  std::string section;
+  for (const auto& f : deck_fields()) {
+    if (f.section != section) {
+      section = f.section;
+      out += fmt::format("\n[{}]\n", section);
+    }
+    out += fmt::format("{:<16} = {:<22} # ({}) {}\n", f.key, f.default_text, f.type, f.help);
+  }
+  return out;
+}
+
+std::string deck_to_ini(const Deck& deck) {
+  std::string out, section;
+  for (const auto& f : accessors()) {
+    if (f.info.section != section) {
+      section = f.info.section;
+      out += fmt::format("[{}]\n", section);
+    }
+    out += fmt::format("  {:<16} = {}\n", f.info.key, f.get(deck));
+  }
+  return out;
+}
+
+}  // namespace trident::config

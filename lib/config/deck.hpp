@@ -1,0 +1,124 @@
+#pragma once
+// The input deck: one documented struct. Each key is declared once below, with its type,
+// default and meaning; the struct members, the Boost.Program_options description, the
+// `--help-deck` text and report.json's "deck" object are all generated from these lists, so
+// a key cannot exist without its documentation (tests/unit/deck_test.cpp pins the key list).
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+// X(section, key, type, default, help)
+#define TRIDENT_DECK_RUN(X)                                                                     \
+  X(run, name, std::string, "trident", "name of the run; ${name} in output_dir expands to it") \
+  X(run, output_dir, std::string, "runs/${name}",                                               \
+    "where report.json, metrics.jsonl and checkpoints/ go (relative to the working directory)") \
+  X(run, seed, int64_t, 1234, "seed of the model initialisation and the data order")            \
+  X(run, epochs, int64_t, 2, "passes over the training split (ignored when max_steps > 0)")     \
+  X(run, max_steps, int64_t, 0, "optimizer steps to run; 0 = epochs x steps per epoch")         \
+  X(run, log_every, int64_t, 50, "steps between progress lines and metrics.jsonl records")      \
+  X(run, device, std::string, "auto", "auto | cpu | cuda (auto: cuda when this build and the node have GPUs)") \
+  X(run, threads, int64_t, 0, "intra-op threads per rank; 0 = cores of the node / ranks on the node")
+
+#define TRIDENT_DECK_DATA(X)                                                                    \
+  X(data, path, std::string, "data/fashion_mnist.h5",                                          \
+    "HDF5 dataset with groups /train and /test holding inputs and labels")                      \
+  X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread; 0 = read inline")
+
+#define TRIDENT_DECK_MODEL(X)                                                                   \
+  X(model, kind, std::string, "cnn", "model from the registry: mlp | cnn")                                               \
+  X(model, hidden, std::string, "256,128", "mlp: comma-separated hidden layer widths")
+
+#define TRIDENT_DECK_PARALLEL(X)                                                                \
+  X(parallel, dp, std::string, "auto", "data-parallel replicas; auto = world size / pp")        \
+  X(parallel, pp, int64_t, 1, "pipeline stages (only 1 in this version)")                       \
+  X(parallel, zero, int64_t, 0, "ZeRO stage 0 | 1 | 2 | 3 (only 0 in this version)")            \
+  X(parallel, schedule, std::string, "1f1b", "pipeline schedule: gpipe | 1f1b")                 \
+  X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: mpi for CPU tensors)") \
+  X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB")
+
+#define TRIDENT_DECK_OPTIM(X)                                                                   \
+  X(optim, name, std::string, "adamw", "adamw | sgd (with momentum)")                           \
+  X(optim, lr, double, 1e-3, "peak learning rate")                                              \
+  X(optim, lr_schedule, std::string, "constant", "constant | cosine (after warmup)")            \
+  X(optim, warmup_steps, int64_t, 0, "steps of linear warmup from 0 to lr")                     \
+  X(optim, min_lr, double, 0.0, "cosine: learning rate at the last step")                       \
+  X(optim, weight_decay, double, 0.0, "decoupled weight decay (adamw) or L2 term (sgd)")        \
+  X(optim, momentum, double, 0.9, "sgd momentum")                                               \
+  X(optim, beta1, double, 0.9, "adamw first-moment decay")                                      \
+  X(optim, beta2, double, 0.999, "adamw second-moment decay")                                   \
+  X(optim, eps, double, 1e-8, "adamw denominator epsilon")                                      \
+  X(optim, global_batch, int64_t, 256, "samples per optimizer step over all ranks (fixed under strong scaling)") \
+  X(optim, micro_batch, int64_t, 64,                                                            \
+    "samples per rank per micro-step; accumulation = global_batch / (micro_batch x dp)")        \
+  X(optim, clip_grad_norm, double, 1.0, "clip gradients to this global L2 norm; 0 = off")       \
+  X(optim, precision, std::string, "fp32", "fp32 | bf16 | fp16 (only fp32 in this version)")
+
+#define TRIDENT_DECK_CHECKPOINT(X)                                                              \
+  X(checkpoint, every_steps, int64_t, 0, "save every N steps; 0 = off (not in this version)")   \
+  X(checkpoint, every_minutes, double, 0.0, "save every N minutes; 0 = off (not in this version)") \
+  X(checkpoint, keep_last, int64_t, 2, "checkpoints kept; older ones are pruned")
+
+#define TRIDENT_DECK_FIELDS(X)                                                                  \
+  TRIDENT_DECK_RUN(X) TRIDENT_DECK_DATA(X) TRIDENT_DECK_MODEL(X) TRIDENT_DECK_PARALLEL(X)       \
+  TRIDENT_DECK_OPTIM(X) TRIDENT_DECK_CHECKPOINT(X)
+
+namespace trident::config {
+
+#define TRIDENT_DECK_MEMBER(section, key, type, default_value, help) type key = default_value;
+struct RunSection { TRIDENT_DECK_RUN(TRIDENT_DECK_MEMBER) };
+struct DataSection { TRIDENT_DECK_DATA(TRIDENT_DECK_MEMBER) };
+struct ModelSection { TRIDENT_DECK_MODEL(TRIDENT_DECK_MEMBER) };
+struct ParallelSection { TRIDENT_DECK_PARALLEL(TRIDENT_DECK_MEMBER) };
+struct OptimSection { TRIDENT_DECK_OPTIM(TRIDENT_DECK_MEMBER) };
+struct CheckpointSection { TRIDENT_DECK_CHECKPOINT(TRIDENT_DECK_MEMBER) };
+#undef TRIDENT_DECK_MEMBER
+
+struct Deck {
+  RunSection run;
+  DataSection data;
+  ModelSection model;
+  ParallelSection parallel;
+  OptimSection optim;
+  CheckpointSection checkpoint;
+  std::string source = "(defaults)";  // the deck file, for messages
+  std::string source_text;            // its text, to point messages at the key's line
+};
+
+// One key of the deck, as the generated description sees it.
+struct FieldInfo {
+  std::string section, key, type, default_text, help;
+  std::string name() const { return section + "." + key; }
+};
+const std::vector<FieldInfo>& deck_fields();
+
+// Reads an INI deck and applies `--set section.key=value` overrides. Every problem
+// (missing file, syntax, unknown key, bad type) is collected; throws BadInput naming the deck
+// and the keys when there is any. Expands ${name} in run.output_dir.
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides);
+Deck parse_deck_text(const std::string& text, const std::string& source,
+                     const std::vector<std::string>& overrides);
+
+// What validation needs to know about where the run happens.
+struct Environment {
+  int world_size = 1;
+  bool cuda_available = false;
+};
+
+// Every broken rule, one message each, each naming the key (and the deck file).
+std::vector<std::string> validate(const Deck& deck, const Environment& env);
+// Throws BadInput listing validate()'s messages, if any.
+void validate_or_throw(const Deck& deck, const Environment& env);
+
+// Resolved values that need the world size.
+int64_t resolved_dp(const Deck& deck, int world_size);
+std::vector<int64_t> hidden_sizes(const Deck& deck);
+
+// Every key and its value as text, in declaration order: (section.key, value).
+std::vector<std::pair<std::string, std::string>> deck_values(const Deck& deck);
+// `trident train --help-deck`: an INI file of every key with its default and meaning.
+std::string deck_help();
+// The resolved deck as an INI file (printed by rank 0 at start).
+std::string deck_to_ini(const Deck& deck);
+
+}  // namespace trident::config

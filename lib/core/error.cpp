@@ -1,0 +1,62 @@
+#include "core/error.hpp"
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace trident {
+
+namespace {
+std::string g_who = "rank ?";
+
+std::string host_name() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+}  // namespace
+
+void set_identity(int rank, const std::string& host) {
+  g_who = "rank " + std::to_string(rank) + " on " + host;
+}
+
+std::string who() {
+  if (g_who == "rank ?") return "rank ? on " + host_name();
+  return g_who;
+}
+
+void fatal_all(const std::string& message) { throw BadInput(message); }
+
+void fatal_one(const std::string& message) { throw Fault(who() + ": " + message); }
+
+void fail_mpi(int code, const char* call, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  fatal_one(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
+            std::string(text, static_cast<size_t>(len)));
+}
+
+namespace {
+// Walks HDF5's error stack; the innermost entry is the most specific ("unable to open file").
+herr_t collect_hdf5_error(unsigned n, const H5E_error2_t* err, void* out) {
+  auto* text = static_cast<std::string*>(out);
+  if (!text->empty()) *text += "; ";
+  *text += err->desc ? err->desc : "?";
+  if (err->func_name) *text += std::string(" (") + err->func_name + ")";
+  (void)n;
+  return 0;
+}
+}  // namespace
+
+void fail_hdf5(const char* call, const char* file, int line) {
+  std::string stack;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_hdf5_error, &stack);
+  H5Eclear2(H5E_DEFAULT);
+  fatal_one(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
+            (stack.empty() ? "no HDF5 error message" : stack));
+}
+
+}  // namespace trident

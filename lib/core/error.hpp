@@ -1,0 +1,57 @@
+#pragma once
+// Errors, the two ways a run ends badly (LAMMPS' error->all / error->one), and check macros
+// that say who and where: rank, host, file:line and the library's own message.
+#include <stdexcept>
+#include <string>
+
+namespace trident {
+
+// Exit codes of the executable (DESIGN.md "Command line").
+enum ExitCode : int { kExitOk = 0, kExitFault = 1, kExitBadInput = 2, kExitStoppedBySignal = 3 };
+
+// Bad input that every rank detects alike (deck, layout, dataset): rank 0 prints the message
+// once and every rank exits 2. Thrown by fatal_all.
+class BadInput : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A fault of this rank (I/O, a library call failing): the job is aborted (MPI_Abort), the
+// message carries rank, host and file:line. Thrown by fatal_one and the check macros.
+class Fault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void fatal_all(const std::string& message);
+[[noreturn]] void fatal_one(const std::string& message);
+
+// "rank 3 on node17" once MPI is up, "rank ? on host" before.
+std::string who();
+void set_identity(int rank, const std::string& host);
+
+[[noreturn]] void fail_mpi(int code, const char* call, const char* file, int line);
+[[noreturn]] void fail_hdf5(const char* call, const char* file, int line);
+
+}  // namespace trident
+
+#define MPI_CHECK(call)                                                     \
+  do {                                                                      \
+    int trident_rc_ = (call);                                               \
+    if (trident_rc_ != 0) ::trident::fail_mpi(trident_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// HDF5 calls return a negative herr_t / hid_t on failure. (Not H5CHECK: HDF5 owns that name.)
+#define HDF5_CHECK(call)                                                     \
+  ([&]() {                                                                   \
+    auto trident_h5_ = (call);                                               \
+    if (trident_h5_ < 0) ::trident::fail_hdf5(#call, __FILE__, __LINE__);    \
+    return trident_h5_;                                                      \
+  }())
+
+#define TRIDENT_CHECK(cond, message)                                                   \
+  do {                                                                                 \
+    if (!(cond))                                                                       \
+      ::trident::fatal_one(std::string(__FILE__) + ":" + std::to_string(__LINE__) +   \
+                           ": check '" #cond "' failed: " + (message));               \
+  } while (0)

@@ -1,0 +1,110 @@
+#include "data/dataset.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.hpp"
+
+namespace trident::data {
+
+SplitReader::SplitReader(const std::string& path, const std::string& split) : path_(path), split_(split) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  hdf5_quiet();
+  auto bad = [&](const std::string& what) { fatal_all(fmt::format("data.path {}: {}", path, what)); };
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    bad("cannot open the file (make one with: trident prepare-data fashion-mnist --out " + path + ")");
+  }
+  if (!is_hdf5_file(path)) bad("not an HDF5 file");
+  file_ = Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file_.valid()) bad("HDF5 cannot open it");
+  for (const char* name : {"inputs", "labels"}) {
+    const std::string full = "/" + split + "/" + name;
+    if (!link_exists(file_, full)) bad(fmt::format("dataset {} is missing", full));
+  }
+  inputs_ = Hid(HDF5_CHECK(H5Dopen2(file_, ("/" + split + "/inputs").c_str(), H5P_DEFAULT)));
+  labels_ = Hid(HDF5_CHECK(H5Dopen2(file_, ("/" + split + "/labels").c_str(), H5P_DEFAULT)));
+
+  const auto in_shape = dataset_shape(inputs_);
+  const auto label_shape = dataset_shape(labels_);
+  if (in_shape.size() < 2) bad(fmt::format("/{}/inputs must be N x ... (has rank {})", split, in_shape.size()));
+  if (label_shape.size() != 1 || label_shape[0] != in_shape[0])
+    bad(fmt::format("/{}/labels must be a vector of {} labels, one per input", split, in_shape[0]));
+  size_ = static_cast<int64_t>(in_shape[0]);
+  sample_shape_.assign(in_shape.begin() + 1, in_shape.end());
+
+  Hid in_type(HDF5_CHECK(H5Dget_type(inputs_)));
+  const std::string in_type_name = type_name(in_type);
+  if (in_type_name == "uint8") inputs_are_bytes_ = true;
+  else if (in_type_name != "float32")
+    bad(fmt::format("/{}/inputs has type {}; expected uint8 or float32", split, in_type_name));
+  Hid label_type(HDF5_CHECK(H5Dget_type(labels_)));
+  if (H5Tget_class(label_type) != H5T_INTEGER)
+    bad(fmt::format("/{}/labels has type {}; expected integers", split, type_name(label_type)));
+
+  if (H5Aexists(file_, "classes") <= 0) bad("root attribute 'classes' is missing");
+  Hid attr(HDF5_CHECK(H5Aopen(file_, "classes", H5P_DEFAULT)));
+  long long classes = 0;
+  HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &classes));
+  if (classes < 2) bad(fmt::format("attribute 'classes' = {} (must be >= 2)", classes));
+  classes_ = classes;
+}
+
+void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor& inputs, at::Tensor& labels) {
+  const auto n = static_cast<int64_t>(indices.size());
+  // HDF5 fills memory in file order: read the sorted rows, then put them back in the order asked.
+  std::vector<int64_t> order(indices.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return indices[a] < indices[b]; });
+
+  std::vector<int64_t> in_shape{n};
+  in_shape.insert(in_shape.end(), sample_shape_.begin(), sample_shape_.end());
+  at::Tensor raw_inputs = at::empty(in_shape, inputs_are_bytes_ ? at::kByte : at::kFloat);
+  at::Tensor raw_labels = at::empty({n}, at::kLong);
+  {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    for (auto [dataset, tensor] : {std::pair<hid_t, at::Tensor*>{inputs_, &raw_inputs}, {labels_, &raw_labels}}) {
+      Hid file_space(HDF5_CHECK(H5Dget_space(dataset)));
+      const int rank = H5Sget_simple_extent_ndims(file_space);
+      std::vector<hsize_t> dims(static_cast<size_t>(rank));
+      H5Sget_simple_extent_dims(file_space, dims.data(), nullptr);
+      std::vector<hsize_t> start(dims.size(), 0), count(dims);
+      // One hyperslab per run of consecutive rows, OR-ed together.
+      bool first = true;
+      for (int64_t i = 0; i < n;) {
+        int64_t j = i + 1;
+        while (j < n && indices[order[j]] == indices[order[j - 1]] + 1) ++j;
+        start[0] = static_cast<hsize_t>(indices[order[i]]);
+        count[0] = static_cast<hsize_t>(j - i);
+        HDF5_CHECK(H5Sselect_hyperslab(file_space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                                       count.data(), nullptr));
+        first = false;
+        i = j;
+      }
+      std::vector<hsize_t> mem_dims(dims);
+      mem_dims[0] = static_cast<hsize_t>(n);
+      Hid mem_space(HDF5_CHECK(H5Screate_simple(rank, mem_dims.data(), nullptr)));
+      const hid_t mem_type = tensor == &raw_labels ? H5T_NATIVE_INT64
+                             : inputs_are_bytes_   ? H5T_NATIVE_UINT8
+                                                   : H5T_NATIVE_FLOAT;
+      HDF5_CHECK(H5Dread(dataset, mem_type, mem_space, file_space, H5P_DEFAULT, tensor->data_ptr()));
+    }
+  }
+  // Row k of the sorted read is indices[order[k]]: scatter back to the requested order.
+  at::Tensor position = at::from_blob(order.data(), {n}, at::kLong).clone();
+  at::Tensor sorted_inputs = inputs_are_bytes_ ? raw_inputs.to(at::kFloat).div_(255.0) : raw_inputs;
+  inputs = at::empty_like(sorted_inputs).index_copy_(0, position, sorted_inputs);
+  labels = at::empty_like(raw_labels).index_copy_(0, position, raw_labels);
+}
+
+void SplitReader::read_range(int64_t begin, int64_t end, at::Tensor& inputs, at::Tensor& labels) {
+  std::vector<int64_t> indices(static_cast<size_t>(end - begin));
+  std::iota(indices.begin(), indices.end(), begin);
+  read(indices, inputs, labels);
+}
+
+}  // namespace trident::data

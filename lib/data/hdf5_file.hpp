@@ -1,0 +1,56 @@
+#pragma once
+// Small RAII layer over the HDF5 C API, shared by the dataset, converters and inspect.
+#include <hdf5.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace trident::data {
+
+// Debian's parallel HDF5 is not built thread-safe: every HDF5 call in trident holds this lock
+// (the prefetch thread reads while the main thread may inspect or save).
+std::recursive_mutex& hdf5_mutex();
+
+// Turns off HDF5's own error printing; trident reports errors itself (HDF5_CHECK).
+void hdf5_quiet();
+
+// Owns one hid_t and closes it with the matching H5?close.
+class Hid {
+ public:
+  Hid() = default;
+  explicit Hid(hid_t id) : id_(id) {}
+  ~Hid() { reset(); }
+  Hid(Hid&& o) noexcept : id_(o.id_) { o.id_ = H5I_INVALID_HID; }
+  Hid& operator=(Hid&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      o.id_ = H5I_INVALID_HID;
+    }
+    return *this;
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  operator hid_t() const { return id_; }  // NOLINT: handles pass straight to the C API
+  void reset();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+};
+
+bool is_hdf5_file(const std::string& path);
+bool link_exists(hid_t loc, const std::string& path);  // every component of a/b/c
+std::vector<hsize_t> dataset_shape(hid_t dataset);
+
+// A string attribute on an object (created or replaced).
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value);
+std::string read_string_attribute(hid_t object, const std::string& name);  // "" if absent
+void write_int_attribute(hid_t object, const std::string& name, long long value);
+
+// Text describing an HDF5 type: uint8, int64, float32, ...
+std::string type_name(hid_t type);
+
+}  // namespace trident::data

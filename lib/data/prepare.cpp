@@ -1,0 +1,221 @@
+#include "data/prepare.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.hpp"
+#include "data/hdf5_file.hpp"
+
+namespace trident::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kFashionClasses =
+    "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot";
+
+// ---- IDX (gzip) --------------------------------------------------------------------------
+
+struct Idx {
+  std::vector<uint32_t> dims;
+  std::vector<uint8_t> bytes;
+};
+
+Idx read_idx_gz(const std::string& path, int expected_rank) {
+  gzFile in = gzopen(path.c_str(), "rb");
+  if (!in) fatal_all(fmt::format("prepare-data: cannot open {} (apt-get install dataset-fashion-mnist)", path));
+  auto read_exact = [&](void* dst, size_t n) {
+    if (gzread(in, dst, static_cast<unsigned>(n)) != static_cast<int>(n)) {
+      gzclose(in);
+      fatal_all(fmt::format("prepare-data: {} is truncated or not an IDX file", path));
+    }
+  };
+  std::array<uint8_t, 4> magic{};
+  read_exact(magic.data(), 4);
+  // Magic: 0, 0, type (0x08 = unsigned byte), rank.
+  if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08 || magic[3] != expected_rank) {
+    gzclose(in);
+    fatal_all(fmt::format("prepare-data: {} is not an IDX file of unsigned bytes with rank {}", path, expected_rank));
+  }
+  Idx idx;
+  size_t total = 1;
+  for (int d = 0; d < expected_rank; ++d) {
+    std::array<uint8_t, 4> b{};
+    read_exact(b.data(), 4);
+    const uint32_t v = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+    idx.dims.push_back(v);
+    total *= v;
+  }
+  idx.bytes.resize(total);
+  read_exact(idx.bytes.data(), total);
+  gzclose(in);
+  return idx;
+}
+
+// ---- writing -----------------------------------------------------------------------------
+
+void write_dataset(hid_t file, const std::string& name, const std::vector<hsize_t>& dims, hid_t file_type,
+                   hid_t mem_type, const void* data) {
+  Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
+  Hid dataset(HDF5_CHECK(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  HDF5_CHECK(H5Dwrite(dataset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+// Creates OUT.tmp with /train and /test, lets `fill` write, then renames over OUT, so a failed
+// conversion never leaves a half-written dataset under the real name.
+template <typename Fill>
+void write_atomically(const std::string& out, Fill fill) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  hdf5_quiet();
+  const fs::path target(out);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const std::string tmp = out + ".tmp";
+  {
+    Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file.valid()) fatal_all(fmt::format("prepare-data: cannot create {}", tmp));
+    Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    Hid test(HDF5_CHECK(H5Gcreate2(file, "test", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    fill(file.get());
+    HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+  }
+  fs::rename(tmp, out);
+}
+
+}  // namespace
+
+void prepare_fashion_mnist(const std::string& source_dir, const std::string& out) {
+  struct Part {
+    const char* split;
+    const char* images;
+    const char* labels;
+  };
+  const Part parts[] = {{"train", "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
+                        {"test", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
+  std::vector<std::pair<Idx, Idx>> loaded;
+  for (const auto& p : parts) {
+    Idx images = read_idx_gz(source_dir + "/" + p.images, 3);
+    Idx labels = read_idx_gz(source_dir + "/" + p.labels, 1);
+    if (images.dims[0] != labels.dims[0])
+      fatal_all(fmt::format("prepare-data: {} has {} images but {} labels", p.split, images.dims[0], labels.dims[0]));
+    for (uint8_t l : labels.bytes)
+      if (l >= 10) fatal_all(fmt::format("prepare-data: {} has label {} (expected 0..9)", p.labels, int{l}));
+    loaded.emplace_back(std::move(images), std::move(labels));
+  }
+  write_atomically(out, [&](hid_t file) {
+    for (size_t i = 0; i < 2; ++i) {
+      const auto& [images, labels] = loaded[i];
+      const std::string g = std::string("/") + parts[i].split;
+      write_dataset(file, g + "/inputs", {images.dims[0], 1, images.dims[1], images.dims[2]}, H5T_STD_U8LE,
+                    H5T_NATIVE_UINT8, images.bytes.data());
+      write_dataset(file, g + "/labels", {labels.dims[0]}, H5T_STD_U8LE, H5T_NATIVE_UINT8, labels.bytes.data());
+    }
+    write_int_attribute(file, "classes", 10);
+    write_string_attribute(file, "class_names", kFashionClasses);
+    write_string_attribute(file, "source", "Fashion-MNIST (Zalando Research), IDX files from " + source_dir);
+    write_string_attribute(file, "license", "MIT");
+  });
+}
+
+void prepare_synthetic(const SyntheticSpec& spec, const std::string& out) {
+  if (spec.train < 1 || spec.test < 1 || spec.classes < 2 || spec.channels < 1 || spec.height < 1 || spec.width < 1)
+    fatal_all("prepare-data synthetic: sizes must be positive and classes >= 2");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(spec.seed);
+  const at::Tensor prototypes = at::randn({spec.classes, spec.channels, spec.height, spec.width}, gen);
+  auto make = [&](int64_t n) {
+    at::Tensor labels = at::randint(spec.classes, {n}, gen, at::kLong);
+    at::Tensor inputs = prototypes.index_select(0, labels) +
+                        spec.noise * at::randn({n, spec.channels, spec.height, spec.width}, gen);
+    return std::make_pair(inputs.contiguous(), labels);
+  };
+  const auto train = make(spec.train);
+  const auto test = make(spec.test);
+  write_atomically(out, [&](hid_t file) {
+    for (auto [name, data] : {std::pair<const char*, const std::pair<at::Tensor, at::Tensor>*>{"/train", &train},
+                              {"/test", &test}}) {
+      const auto n = static_cast<hsize_t>(data->first.size(0));
+      write_dataset(file, std::string(name) + "/inputs",
+                    {n, static_cast<hsize_t>(spec.channels), static_cast<hsize_t>(spec.height),
+                     static_cast<hsize_t>(spec.width)},
+                    H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data->first.data_ptr());
+      write_dataset(file, std::string(name) + "/labels", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64,
+                    data->second.data_ptr());
+    }
+    write_int_attribute(file, "classes", spec.classes);
+    write_string_attribute(file, "source",
+                           fmt::format("synthetic: {} prototypes + N(0, {}^2) noise, seed {}", spec.classes,
+                                       spec.noise, spec.seed));
+  });
+}
+
+// ---- inspect -----------------------------------------------------------------------------
+
+namespace {
+
+std::string attributes_of(hid_t object) {
+  std::string out;
+  H5O_info_t info;
+  if (H5Oget_info2(object, &info, H5O_INFO_NUM_ATTRS) < 0) return out;
+  for (hsize_t i = 0; i < info.num_attrs; ++i) {
+    Hid attr(H5Aopen_by_idx(object, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
+    if (!attr.valid()) continue;
+    char name[256] = {0};
+    H5Aget_name(attr, sizeof(name), name);
+    Hid type(H5Aget_type(attr));
+    std::string value;
+    if (H5Tget_class(type) == H5T_STRING) {
+      value = "\"" + read_string_attribute(object, name) + "\"";
+    } else if (H5Tget_class(type) == H5T_INTEGER) {
+      long long v = 0;
+      H5Aread(attr, H5T_NATIVE_LLONG, &v);
+      value = std::to_string(v);
+    } else if (H5Tget_class(type) == H5T_FLOAT) {
+      double v = 0;
+      H5Aread(attr, H5T_NATIVE_DOUBLE, &v);
+      value = fmt::format("{}", v);
+    } else {
+      value = "(" + type_name(type) + ")";
+    }
+    out += fmt::format("    @{} = {}\n", name, value);
+  }
+  return out;
+}
+
+herr_t visit_object(hid_t root, const char* name, const H5O_info_t* info, void* data) {
+  auto* out = static_cast<std::string*>(data);
+  if (info->type == H5O_TYPE_GROUP) {
+    Hid group(H5Gopen2(root, name, H5P_DEFAULT));
+    *out += fmt::format("/{}{}\n", std::string(name) == "." ? "" : name, std::string(name) == "." ? "" : "/");
+    *out += attributes_of(group);
+  } else if (info->type == H5O_TYPE_DATASET) {
+    Hid dataset(H5Dopen2(root, name, H5P_DEFAULT));
+    Hid type(H5Dget_type(dataset));
+    std::string shape;
+    for (auto d : dataset_shape(dataset)) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    *out += fmt::format("/{}  {}  [{}]\n", name, type_name(type), shape);
+    *out += attributes_of(dataset);
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string describe_hdf5(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  hdf5_quiet();
+  if (!fs::exists(path)) fatal_all(fmt::format("inspect: {}: no such file", path));
+  if (!is_hdf5_file(path)) fatal_all(fmt::format("inspect: {}: not an HDF5 file", path));
+  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) fatal_all(fmt::format("inspect: {}: HDF5 cannot open it", path));
+  std::string out = fmt::format("{}\n", path);
+  HDF5_CHECK(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit_object, &out, H5O_INFO_BASIC));
+  return out;
+}
+
+}  // namespace trident::data

@@ -1,0 +1,23 @@
+#pragma once
+// Converters that write trident datasets (layout in data/dataset.hpp), and `inspect`.
+#include <cstdint>
+#include <string>
+
+namespace trident::data {
+
+// The IDX files of Debian's dataset-fashion-mnist (gzip) -> HDF5. Written to OUT.tmp, renamed.
+void prepare_fashion_mnist(const std::string& source_dir, const std::string& out);
+
+// A learnable synthetic classification set: `classes` random prototypes of shape
+// channels x height x width plus Gaussian noise, float32.
+struct SyntheticSpec {
+  int64_t train = 4096, test = 1024, classes = 10, channels = 1, height = 28, width = 28;
+  double noise = 1.0;
+  uint64_t seed = 7;
+};
+void prepare_synthetic(const SyntheticSpec& spec, const std::string& out);
+
+// Lists every group and dataset of an HDF5 file with shape, dtype and attributes.
+std::string describe_hdf5(const std::string& path);
+
+}  // namespace trident::data

@@ -1,0 +1,43 @@
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
+
+#include "core/error.hpp"
+#include "model/model.hpp"
+
+namespace trident::model {
+
+// The ConvNet of the seeds: two conv(3x3)-BN-ReLU-maxpool(2) blocks (32 and 64 channels) and
+// a linear head. Three layers for a pipeline to cut.
+std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input) {
+  if (input.sample_shape.size() != 3)
+    fatal_all("model.kind = cnn needs image inputs C x H x W; data.path has samples of rank " +
+              std::to_string(input.sample_shape.size()));
+  const int64_t channels = input.sample_shape[0];
+  int64_t h = input.sample_shape[1], w = input.sample_shape[2];
+  std::vector<Layer> layers;
+  int64_t in = channels;
+  int index = 1;
+  for (int64_t out : {32, 64}) {
+    torch::nn::Sequential block;
+    block->push_back("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
+    block->push_back("bn", torch::nn::BatchNorm2d(out));
+    block->push_back("relu", torch::nn::ReLU());
+    block->push_back("pool", torch::nn::MaxPool2d(2));
+    layers.push_back({"block" + std::to_string(index++), block});
+    in = out;
+    h /= 2;
+    w /= 2;
+  }
+  torch::nn::Sequential head;
+  head->push_back("flatten", torch::nn::Flatten());
+  head->push_back("linear", torch::nn::Linear(in * h * w, input.classes));
+  layers.push_back({"head", head});
+  (void)deck;
+  return layers;
+}
+
+}  // namespace trident::model

@@ -1,0 +1,48 @@
+#pragma once
+// Models as ordered lists of named layers: the unit a pipeline cuts into stages.
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config/deck.hpp"
+
+namespace trident::model {
+
+struct Layer {
+  std::string name;  // also the prefix of its parameters' names ("block1.conv.weight")
+  torch::nn::Sequential module;
+};
+
+// Shape of one input sample and number of classes, read from the dataset.
+struct InputSpec {
+  std::vector<int64_t> sample_shape;  // e.g. {1, 28, 28}
+  int64_t classes = 10;
+};
+
+// A contiguous run of layers (the whole model, or one pipeline stage) as one module.
+class LayerStackImpl : public torch::nn::Module {
+ public:
+  explicit LayerStackImpl(std::vector<Layer> layers);
+  torch::Tensor forward(torch::Tensor x);
+  const std::vector<Layer>& layers() const { return layers_; }
+
+ private:
+  std::vector<Layer> layers_;
+};
+TORCH_MODULE(LayerStack);
+
+using Builder = std::function<std::vector<Layer>(const config::Deck&, const InputSpec&)>;
+const std::map<std::string, Builder>& registry();
+
+// The model named by model.kind, initialised from torch's generator (seed it first).
+LayerStack build(const config::Deck& deck, const InputSpec& input);
+
+std::vector<Layer> build_mlp(const config::Deck& deck, const InputSpec& input);
+std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input);
+
+}  // namespace trident::model

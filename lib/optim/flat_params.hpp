@@ -1,0 +1,31 @@
+#pragma once
+// All parameters of a model in one contiguous buffer, and all gradients in another, laid out
+// alike. The model's parameters and their .grad become views into them, so the optimizer runs
+// a handful of vector ops over the whole model and the gradient all-reduce works in place.
+#include <torch/nn/module.h>
+
+#include <string>
+#include <vector>
+
+namespace trident::optim {
+
+struct ParamSlot {
+  std::string name;
+  int64_t offset = 0, numel = 0;
+  std::vector<int64_t> shape;
+  torch::Tensor param;  // the model's parameter (a view into FlatParams::params)
+};
+
+class FlatParams {
+ public:
+  explicit FlatParams(torch::nn::Module& model);
+  torch::Tensor params;  // [numel], fp32
+  torch::Tensor grads;   // [numel], fp32; never reset to undefined, only zeroed
+  std::vector<ParamSlot> slots;
+
+  int64_t numel() const { return params.numel(); }
+  std::vector<int64_t> numels() const;
+  void zero_grad() { grads.zero_(); }
+};
+
+}  // namespace trident::optim

@@ -1,0 +1,83 @@
+#include "optim/optimizer.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace trident::optim {
+
+namespace {
+
+// AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments.
+class AdamW final : public Optimizer {
+ public:
+  AdamW(double beta1, double beta2, double eps, double weight_decay)
+      : beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {}
+  std::string name() const override { return "adamw"; }
+
+  void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
+    if (!m_.defined()) {
+      m_ = at::zeros_like(params);
+      v_ = at::zeros_like(params);
+    }
+    ++t_;
+    if (weight_decay_ > 0) params.mul_(1.0 - lr * weight_decay_);
+    m_.mul_(beta1_).add_(grads, 1.0 - beta1_);
+    v_.mul_(beta2_).addcmul_(grads, grads, 1.0 - beta2_);
+    const double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(t_));
+    const double bias2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
+    at::Tensor denom = v_.sqrt().div_(std::sqrt(bias2)).add_(eps_);
+    params.addcdiv_(m_, denom, -lr / bias1);
+  }
+  int64_t state_bytes() const override {
+    return m_.defined() ? (m_.numel() + v_.numel()) * static_cast<int64_t>(m_.element_size()) : 0;
+  }
+
+ private:
+  double beta1_, beta2_, eps_, weight_decay_;
+  int64_t t_ = 0;
+  at::Tensor m_, v_;
+};
+
+// SGD with momentum (PyTorch's form: buf = momentum * buf + g; first step buf = g).
+class Sgd final : public Optimizer {
+ public:
+  Sgd(double momentum, double weight_decay) : momentum_(momentum), weight_decay_(weight_decay) {}
+  std::string name() const override { return "sgd"; }
+
+  void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
+    at::Tensor g = weight_decay_ > 0 ? grads.add(params, weight_decay_) : grads;
+    if (momentum_ > 0) {
+      if (!buffer_.defined()) buffer_ = g.clone();
+      else buffer_.mul_(momentum_).add_(g);
+      g = buffer_;
+    }
+    params.add_(g, -lr);
+  }
+  int64_t state_bytes() const override {
+    return buffer_.defined() ? buffer_.numel() * static_cast<int64_t>(buffer_.element_size()) : 0;
+  }
+
+ private:
+  double momentum_, weight_decay_;
+  at::Tensor buffer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck) {
+  const auto& o = deck.optim;
+  if (o.name == "sgd") return std::make_unique<Sgd>(o.momentum, o.weight_decay);
+  return std::make_unique<AdamW>(o.beta1, o.beta2, o.eps, o.weight_decay);
+}
+
+double clip_by_global_norm(at::Tensor& grads, double squared_norm, double max_norm) {
+  const double norm = std::sqrt(squared_norm);
+  if (max_norm > 0) {
+    const double coefficient = max_norm / (norm + 1e-6);
+    if (coefficient < 1.0) grads.mul_(coefficient);
+  }
+  return norm;
+}
+
+}  // namespace trident::optim

@@ -1,0 +1,29 @@
+#pragma once
+// Optimizers over a flat fp32 parameter buffer (the whole model, or later a ZeRO shard), and
+// clipping by global norm.
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+#include "config/deck.hpp"
+
+namespace trident::optim {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;
+  // One update of `params` from `grads` (same shape) with learning rate `lr`.
+  virtual void step(at::Tensor& params, const at::Tensor& grads, double lr) = 0;
+  virtual int64_t state_bytes() const = 0;  // optimizer state held by this rank
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck);
+
+// Scales `grads` so that their L2 norm is at most `max_norm` (0: no clipping), as
+// torch.nn.utils.clip_grad_norm_ does. `squared_norm` is the global sum of squares (over every
+// shard and stage). Returns the norm before clipping.
+double clip_by_global_norm(at::Tensor& grads, double squared_norm, double max_norm);
+
+}  // namespace trident::optim

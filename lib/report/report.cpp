@@ -1,0 +1,111 @@
+#include "report/report.hpp"
+
+#include <mpi.h>
+#include <sys/resource.h>
+#include <torch/version.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace trident::report {
+
+using nlohmann::json;
+
+namespace {
+
+std::string mpi_library() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(text, &len);
+  std::string s(text, static_cast<size_t>(len));
+  return s.substr(0, s.find('\n'));
+}
+
+json deck_json(const config::Deck& deck) {
+  json out = json::object();
+  const auto& fields = config::deck_fields();
+  const auto values = config::deck_values(deck);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields[i];
+    const std::string& text = values[i].second;
+    json value = text;
+    if (f.type == "integer") value = std::stoll(text);
+    if (f.type == "number") value = std::stod(text);
+    out[f.section][f.key] = value;
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_report_json(const std::string& path, const Summary& s) {
+  json r;
+  r["trident_version"] = TRIDENT_VERSION;
+  r["torch_version"] = TORCH_VERSION;
+  r["mpi"] = mpi_library();
+  r["nccl"] = nullptr;
+  r["deck"] = deck_json(s.deck);
+  r["layout"] = {{"world", s.layout.world},       {"nodes", s.layout.nodes},
+                 {"dp", s.layout.dp},             {"pp", s.layout.pp},
+                 {"zero", s.layout.zero},         {"backend", s.layout.backend},
+                 {"device", s.layout.device},     {"schedule", s.layout.schedule},
+                 {"micro_batches", s.layout.micro_batches}, {"threads_per_rank", s.layout.threads_per_rank}};
+  r["steps"] = s.steps;
+  r["epochs"] = s.epochs;
+  r["parameters"] = s.parameters;
+  r["resumed_from"] = nullptr;
+  r["final"] = {{"train_loss", s.train_loss}, {"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}};
+  r["throughput"] = {{"samples_per_s", s.samples_per_s}, {"step_time_s", s.step_time_s},
+                     {"tokens_per_s", nullptr},          {"tflops", nullptr},
+                     {"mfu", nullptr}};
+  r["time_s"] = {{"total", s.time.total},         {"data_wait", s.time.data_wait},
+                 {"forward", s.time.forward},     {"backward", s.time.backward},
+                 {"comm_exposed", s.time.comm_exposed}, {"optimizer", s.time.optimizer},
+                 {"checkpoint", s.time.checkpoint}, {"evaluation", s.time.evaluation}};
+  r["pipeline"] = {{"bubble_fraction", nullptr}, {"expected_bubble_fraction", nullptr}};
+  r["memory"] = {{"model_state_bytes",
+                  {{"params", s.memory.params},
+                   {"grads", s.memory.grads},
+                   {"optimizer", s.memory.optimizer},
+                   {"master", s.memory.master}}},
+                 {"expected_model_state_bytes", s.memory.expected},
+                 {"peak_bytes", s.peak_bytes}};
+  r["checkpoint"] = {{"saves", 0}, {"write_gb_per_s", nullptr}, {"read_gb_per_s", nullptr}, {"blocked_s", 0}};
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) fatal_one("cannot write " + tmp);
+    out << r.dump(2) << "\n";
+    if (!out) fatal_one("cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+MetricsLog::MetricsLog(const std::string& path) : file_(std::fopen(path.c_str(), "w")) {
+  if (!file_) fatal_one("cannot create " + path);
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const MetricsRecord& m) {
+  if (!file_) return;
+  const json line = {{"step", m.step}, {"epoch", m.epoch}, {"loss", m.loss},
+                     {"lr", m.lr},     {"samples_per_s", m.samples_per_s}, {"grad_norm", m.grad_norm}};
+  std::fprintf(file_, "%s\n", line.dump().c_str());
+  std::fflush(file_);
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace trident::report

@@ -1,0 +1,64 @@
+#pragma once
+// What a run writes: progress records (metrics.jsonl) and the summary report.json whose field
+// names are a contract with the scaling tools and job scripts (DESIGN.md).
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "config/deck.hpp"
+
+namespace trident::report {
+
+struct PhaseTimes {
+  double total = 0, data_wait = 0, forward = 0, backward = 0, comm_exposed = 0, optimizer = 0, checkpoint = 0,
+         evaluation = 0;
+};
+
+struct Layout {
+  int world = 1, nodes = 1, dp = 1, pp = 1, zero = 0;
+  std::string backend = "mpi", device = "cpu", schedule = "1f1b";
+  int64_t micro_batches = 1;  // per rank per step (gradient accumulation)
+  int threads_per_rank = 1;
+};
+
+struct ModelState {
+  int64_t params = 0, grads = 0, optimizer = 0, master = 0;  // bytes on this rank
+  int64_t expected = 0;                                      // the ZeRO paper's formula
+};
+
+struct Summary {
+  config::Deck deck;
+  Layout layout;
+  int64_t steps = 0, epochs = 0, parameters = 0;
+  double train_loss = 0, test_loss = 0, test_accuracy = 0;
+  double samples_per_s = 0, step_time_s = 0;
+  PhaseTimes time;     // max over ranks
+  ModelState memory;   // max over ranks
+  int64_t peak_bytes = 0;  // max over ranks of the peak resident set
+};
+
+void write_report_json(const std::string& path, const Summary& summary);
+
+struct MetricsRecord {
+  int64_t step = 0, epoch = 0;
+  double loss = 0, lr = 0, samples_per_s = 0, grad_norm = 0;
+};
+
+// Appends one JSON object per line; flushed per record so a killed run keeps what it logged.
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  explicit MetricsLog(const std::string& path);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const MetricsRecord& record);
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+// Peak resident set size of this process in bytes.
+int64_t peak_rss_bytes();
+
+}  // namespace trident::report

@@ -1,0 +1,318 @@
+#include "train/trainer.hpp"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "comm/mpi_communicator.hpp"
+#include "comm/world.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "data/sampler.hpp"
+#include "model/model.hpp"
+#include "optim/flat_params.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/schedule.hpp"
+#include "parallel/grad_sync.hpp"
+#include "parallel/topology.hpp"
+#include "report/report.hpp"
+
+namespace trident::train {
+
+namespace fs = std::filesystem;
+
+struct Trainer::State {
+  config::Deck deck;
+  comm::World world;
+  std::unique_ptr<parallel::Topology> topology;
+  std::unique_ptr<comm::MpiCommunicator> dp_comm;
+  std::shared_ptr<data::SplitReader> train_split, test_split;
+  std::unique_ptr<data::GlobalSampler> sampler;
+  model::LayerStack model{nullptr};
+  std::unique_ptr<optim::FlatParams> flat;
+  std::unique_ptr<parallel::GradSync> grad_sync;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  optim::LrSchedule schedule;
+  int threads = 1;
+  int64_t accumulation = 1, total_steps = 0, epochs = 0;
+  report::PhaseTimes times;
+};
+
+namespace {
+
+int threads_per_rank(const config::Deck& deck, const comm::World& world) {
+  if (deck.run.threads > 0) return static_cast<int>(deck.run.threads);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, static_cast<int>(cores) / world.local_size);
+}
+
+// Opens both splits on every rank; the verdict (and message) is the same everywhere.
+void open_dataset(Trainer::State& s) {
+  std::string error;
+  try {
+    s.train_split = std::make_shared<data::SplitReader>(s.deck.data.path, "train");
+    s.test_split = std::make_shared<data::SplitReader>(s.deck.data.path, "test");
+    const int64_t needed = s.deck.optim.global_batch;
+    if (s.train_split->size() < needed)
+      error = fmt::format("data.path {}: /train has {} samples, fewer than one global batch (optim.global_batch = {})",
+                          s.deck.data.path, s.train_split->size(), needed);
+    else if (s.test_split->sample_shape() != s.train_split->sample_shape())
+      error = fmt::format("data.path {}: /test samples differ in shape from /train samples", s.deck.data.path);
+  } catch (const BadInput& e) {
+    error = e.what();
+  }
+  comm::agree_or_throw(s.world.comm, error);
+}
+
+// Creates run.output_dir (rank 0) and checks it can be written to, before anything is written.
+void prepare_output_dir(Trainer::State& s) {
+  std::string error;
+  if (s.world.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(s.deck.run.output_dir, ec);
+    const std::string probe = s.deck.run.output_dir + "/.trident-write-test";
+    if (ec) {
+      error = fmt::format("run.output_dir {}: cannot create it ({})", s.deck.run.output_dir, ec.message());
+    } else if (std::ofstream(probe).put('x').fail()) {
+      error = fmt::format("run.output_dir {}: not writable", s.deck.run.output_dir);
+    }
+    fs::remove(probe, ec);
+  }
+  comm::agree_or_throw(s.world.comm, error);
+}
+
+void broadcast_model(Trainer::State& s) {
+  torch::NoGradGuard no_grad;
+  comm::MpiCommunicator world(s.world.comm);
+  for (auto& p : s.model->parameters()) world.broadcast(p, 0);
+  for (auto& b : s.model->buffers()) world.broadcast(b, 0);
+}
+
+// Batch-norm running statistics drift apart across dp ranks (each sees its own micro-batches);
+// averaging them before evaluation gives every rank the same model.
+void average_buffers(Trainer::State& s) {
+  torch::NoGradGuard no_grad;
+  for (auto& b : s.model->buffers()) {
+    if (!b.is_floating_point()) continue;
+    s.dp_comm->all_reduce_sum(b);
+    b.div_(s.dp_comm->size());
+  }
+}
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+};
+
+Evaluation evaluate(Trainer::State& s) {
+  average_buffers(s);
+  torch::NoGradGuard no_grad;
+  s.model->eval();
+  const auto share = data::even_share(s.test_split->size(), s.topology->dp_rank(), s.topology->dp());
+  double loss_sum = 0, correct = 0;
+  const int64_t chunk = 1000;
+  for (int64_t begin = share.begin; begin < share.end; begin += chunk) {
+    at::Tensor inputs, labels;
+    s.test_split->read_range(begin, std::min(share.end, begin + chunk), inputs, labels);
+    const auto logits = s.model->forward(inputs);
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    correct += logits.argmax(1).eq(labels).sum().item<double>();
+  }
+  s.model->train();
+  auto totals = torch::tensor({loss_sum, correct}, torch::kDouble);
+  s.dp_comm->all_reduce_sum(totals);
+  const double n = static_cast<double>(s.test_split->size());
+  return {totals[0].item<double>() / n, totals[1].item<double>() / n};
+}
+
+double mean_over_dp(Trainer::State& s, double local) {
+  auto t = torch::tensor({local}, torch::kDouble);
+  s.dp_comm->all_reduce_sum(t);
+  return t.item<double>() / s.dp_comm->size();
+}
+
+std::string eta_text(double seconds) {
+  const auto total = static_cast<int64_t>(seconds + 0.5);
+  if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total / 60) % 60);
+  return fmt::format("{}m{:02}s", total / 60, total % 60);
+}
+
+double max_over_ranks(MPI_Comm comm, double value) {
+  double out = value;
+  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(const config::Deck& deck, MPI_Comm comm) : s_(std::make_unique<State>()) {
+  auto& s = *s_;
+  s.deck = deck;
+  s.world = comm::World::from(comm);
+  s.threads = threads_per_rank(deck, s.world);
+  torch::set_num_threads(s.threads);
+
+  const auto dp = static_cast<int>(config::resolved_dp(deck, s.world.size));
+  s.topology = std::make_unique<parallel::Topology>(comm, dp, static_cast<int>(deck.parallel.pp));
+  s.dp_comm = std::make_unique<comm::MpiCommunicator>(s.topology->dp_comm());
+  s.accumulation = deck.optim.global_batch / (deck.optim.micro_batch * dp);
+
+  open_dataset(s);
+  s.sampler = std::make_unique<data::GlobalSampler>(s.train_split->size(), deck.optim.global_batch,
+                                                    static_cast<uint64_t>(deck.run.seed));
+  const int64_t per_epoch = s.sampler->steps_per_epoch();
+  s.total_steps = deck.run.max_steps > 0 ? deck.run.max_steps : deck.run.epochs * per_epoch;
+  s.epochs = (s.total_steps + per_epoch - 1) / per_epoch;
+
+  torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
+  s.model = model::build(deck, {s.train_split->sample_shape(), s.train_split->classes()});
+  broadcast_model(s);
+  s.flat = std::make_unique<optim::FlatParams>(*s.model);
+  s.grad_sync = parallel::make_grad_sync(deck, *s.flat, *s.dp_comm);
+  s.optimizer = optim::make_optimizer(deck);
+  s.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, s.total_steps};
+
+  prepare_output_dir(s);
+}
+
+Trainer::~Trainer() = default;
+
+const optim::FlatParams& Trainer::params() const { return *s_->flat; }
+
+Result Trainer::run() {
+  auto& s = *s_;
+  const auto& deck = s.deck;
+  const auto& topo = *s.topology;
+  Stopwatch wall;
+
+  log::info("trident {} | LibTorch {} | {}", TRIDENT_VERSION, TORCH_VERSION, topo.describe());
+  std::string nodes;
+  for (const auto& n : s.world.node_names) nodes += (nodes.empty() ? "" : ",") + n;
+  log::info("layout: world {} on {} node(s) [{}] | dp {} x pp {} | zero {} | backend {} | device cpu | "
+            "{} thread(s)/rank | global batch {} = micro {} x dp {} x accumulation {}",
+            s.world.size, s.world.node_count, nodes, topo.dp(), topo.pp(), deck.parallel.zero, s.dp_comm->backend(),
+            s.threads, deck.optim.global_batch, deck.optim.micro_batch, topo.dp(), s.accumulation);
+  log::info("model {}: {} parameters | data {}: {} train / {} test samples, {} steps/epoch, {} steps",
+            deck.model.kind, s.flat->numel(), deck.data.path, s.train_split->size(), s.test_split->size(),
+            s.sampler->steps_per_epoch(), s.total_steps);
+  log::info("resolved deck:\n{}", config::deck_to_ini(deck));
+
+  std::unique_ptr<report::MetricsLog> metrics;
+  if (s.world.rank == 0) metrics = std::make_unique<report::MetricsLog>(deck.run.output_dir + "/metrics.jsonl");
+
+  Result result;
+  const double loss_scale = 1.0 / static_cast<double>(s.accumulation * topo.dp());
+  const int64_t per_epoch = s.sampler->steps_per_epoch();
+  double train_seconds = 0, epoch_loss_sum = 0;
+  int64_t epoch_steps = 0;
+  Evaluation last_eval;
+  Stopwatch window;
+  int64_t window_steps = 0;
+
+  for (int64_t epoch = 0; epoch < s.epochs; ++epoch) {
+    const int64_t first = epoch * per_epoch, end = std::min(s.total_steps, first + per_epoch);
+    auto loader = data::make_train_loader(s.train_split, *s.sampler, first, end, deck.optim.micro_batch,
+                                          topo.dp_rank(), topo.dp(), static_cast<int>(deck.data.prefetch));
+    Stopwatch epoch_watch;
+    epoch_loss_sum = 0;
+    epoch_steps = 0;
+    for (int64_t step = first; step < end; ++step) {
+      double step_loss = 0;
+      for (int64_t micro = 0; micro < s.accumulation; ++micro) {
+        const auto batch = loader->next();
+        torch::Tensor loss;
+        {
+          ScopedTimer t(s.times.forward);
+          loss = torch::nn::functional::cross_entropy(s.model->forward(batch.inputs), batch.labels);
+        }
+        {
+          ScopedTimer t(s.times.backward);
+          s.grad_sync->before_backward(micro == s.accumulation - 1);
+          (loss * loss_scale).backward();
+        }
+        step_loss += loss.item<double>();
+      }
+      s.grad_sync->finish();
+      double grad_norm = 0;
+      const double lr = s.schedule.at(step);
+      {
+        ScopedTimer t(s.times.optimizer);
+        torch::NoGradGuard no_grad;
+        grad_norm = optim::clip_by_global_norm(s.flat->grads, s.flat->grads.pow(2).sum().item<double>(),
+                                               deck.optim.clip_grad_norm);
+        s.optimizer->step(s.flat->params, s.flat->grads, lr);
+        s.flat->zero_grad();
+      }
+      step_loss /= static_cast<double>(s.accumulation);
+      epoch_loss_sum += step_loss;
+      ++epoch_steps;
+      ++window_steps;
+
+      if ((step + 1) % deck.run.log_every == 0 || step + 1 == s.total_steps) {
+        const double loss = mean_over_dp(s, step_loss);
+        const double rate = static_cast<double>(window_steps * deck.optim.global_batch) / window.seconds();
+        const double eta = static_cast<double>(s.total_steps - step - 1) * window.seconds() / window_steps;
+        log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
+                  epoch + 1, s.epochs, step + 1, s.total_steps, loss, lr, grad_norm, rate, eta_text(eta));
+        if (metrics) metrics->write({step + 1, epoch, loss, lr, rate, grad_norm});
+        result.logged_losses.emplace_back(step + 1, loss);
+        result.logged_grad_norms.push_back(grad_norm);
+        window.reset();
+        window_steps = 0;
+      }
+    }
+    s.times.data_wait += loader->wait_seconds();
+    train_seconds += epoch_watch.seconds();
+    {
+      ScopedTimer t(s.times.evaluation);
+      last_eval = evaluate(s);
+    }
+    log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.epochs,
+              mean_over_dp(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps)), last_eval.loss,
+              100.0 * last_eval.accuracy);
+    window.reset();
+    window_steps = 0;
+  }
+
+  result.steps = s.total_steps;
+  result.train_loss = mean_over_dp(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
+  result.test_loss = last_eval.loss;
+  result.test_accuracy = last_eval.accuracy;
+  train_seconds = max_over_ranks(s.world.comm, train_seconds);
+  result.samples_per_s = static_cast<double>(s.total_steps * deck.optim.global_batch) / train_seconds;
+  s.times.comm_exposed = s.grad_sync->exposed_comm_seconds();
+  s.times.total = wall.seconds();
+
+  report::Summary summary;
+  summary.deck = deck;
+  summary.layout = {s.world.size, s.world.node_count, topo.dp(), topo.pp(), static_cast<int>(deck.parallel.zero),
+                    s.dp_comm->backend(), "cpu", deck.parallel.schedule, s.accumulation, s.threads};
+  summary.steps = s.total_steps;
+  summary.epochs = s.epochs;
+  summary.parameters = s.flat->numel();
+  summary.train_loss = result.train_loss;
+  summary.test_loss = result.test_loss;
+  summary.test_accuracy = result.test_accuracy;
+  summary.samples_per_s = result.samples_per_s;
+  summary.step_time_s = train_seconds / static_cast<double>(s.total_steps);
+  for (double* t : {&s.times.total, &s.times.data_wait, &s.times.forward, &s.times.backward, &s.times.comm_exposed,
+                    &s.times.optimizer, &s.times.checkpoint, &s.times.evaluation})
+    *t = max_over_ranks(s.world.comm, *t);
+  summary.time = s.times;
+  const int64_t param_bytes = s.flat->numel() * 4;
+  const int64_t optimizer_k = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
+  summary.memory = {param_bytes, param_bytes, s.optimizer->state_bytes(), 0, s.flat->numel() * (4 + 4 + optimizer_k)};
+  summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(report::peak_rss_bytes())));
+  if (s.world.rank == 0) report::write_report_json(deck.run.output_dir + "/report.json", summary);
+  log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
+            s.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, deck.run.output_dir);
+  return result;
+}
+
+}  // namespace trident::train

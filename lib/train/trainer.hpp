@@ -1,0 +1,39 @@
+#pragma once
+// One training run: the flow of DESIGN.md from topology to report, over the ranks of `comm`.
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/deck.hpp"
+
+namespace trident::optim { class FlatParams; }
+namespace trident::model { class LayerStack; }
+
+namespace trident::train {
+
+struct Result {
+  int64_t steps = 0;
+  double train_loss = 0, test_loss = 0, test_accuracy = 0, samples_per_s = 0;
+  std::vector<std::pair<int64_t, double>> logged_losses;  // (step, global-batch mean loss)
+  std::vector<double> logged_grad_norms;                   // before clipping, same steps
+};
+
+class Trainer {
+ public:
+  // Collective over `comm`. The deck must be valid for comm's size (config::validate).
+  // Dataset problems throw BadInput on every rank alike.
+  Trainer(const config::Deck& deck, MPI_Comm comm);
+  ~Trainer();
+  Result run();
+  // The trained parameters, flat, in model order (for tests and benchmarks).
+  const optim::FlatParams& params() const;
+
+  struct State;  // the run's objects, defined in trainer.cpp
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace trident::train

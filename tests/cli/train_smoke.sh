@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# train_smoke.sh TRIDENT MPIEXEC NP: prepares a synthetic dataset, trains the cnn on NP ranks
+# and checks what a user and the job scripts rely on: exit 0, the progress lines, and the
+# contract fields of report.json and metrics.jsonl.
+set -eu
+trident=$1 mpiexec=$2 np=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+"$trident" prepare-data synthetic --out data/syn.h5 --train 1024 --test 256 --classes 4 --shape 1x12x12 >/dev/null
+"$trident" inspect data/syn.h5 | grep -q '/train/inputs  float32  \[1024 x 1 x 12 x 12\]'
+out=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke \
+      --set run.max_steps=12 --set run.log_every=4 --set optim.global_batch=64 --set optim.micro_batch=16 2>&1)
+printf '%s\n' "$out"
+fail() { echo "FAIL: $*"; exit 1; }
+grep -Eq "step 12/12 \| loss [0-9.]+ \| lr .* samples/s \| ETA" <<<"$out" || fail "no progress line"
+[ "$(grep -c 'resolved deck' <<<"$out")" = 1 ] || fail "the resolved deck must be printed once"
+report=runs/smoke/report.json
+[ -f "$report" ] || fail "no $report"
+for field in '"world": '"$np" '"dp": '"$np" '"steps": 12' '"test_accuracy"' '"samples_per_s"' \
+             '"comm_exposed"' '"peak_bytes"' '"global_batch": 64' '"torch_version"' '"nodes": 1'; do
+  grep -q -- "$field" "$report" || fail "report.json lacks $field"
+done
+[ "$(wc -l < runs/smoke/metrics.jsonl)" = 3 ] || fail "metrics.jsonl should have 3 records (steps 4, 8, 12)"
+grep -q '"step":12' runs/smoke/metrics.jsonl || fail "metrics.jsonl lacks step 12"
+echo PASS

@@ -1,0 +1,101 @@
+// The MPI backend of Communicator, the World and agree_or_throw, at every rank count.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "comm/mpi_communicator.hpp"
+#include "comm/world.hpp"
+#include "core/error.hpp"
+#include "parallel/topology.hpp"
+
+using namespace trident;
+
+namespace {
+struct Ranks {
+  comm::MpiCommunicator comm{MPI_COMM_WORLD};
+  int r = comm.rank(), n = comm.size();
+};
+}  // namespace
+
+TEST(Communicator, AllReduceSum) {
+  Ranks w;
+  auto t = torch::arange(10, torch::kFloat) * (w.r + 1);
+  w.comm.all_reduce_sum(t);
+  const double factor = w.n * (w.n + 1) / 2.0;
+  EXPECT_TRUE(torch::equal(t, torch::arange(10, torch::kFloat) * factor));
+  auto a = torch::full({1000}, static_cast<double>(w.r), torch::kDouble);
+  auto work = w.comm.all_reduce_sum_async(a);
+  work->wait();
+  EXPECT_DOUBLE_EQ(a[999].item<double>(), w.n * (w.n - 1) / 2.0);
+}
+
+TEST(Communicator, ReduceScatterAndAllGather) {
+  Ranks w;
+  // Rank r contributes input[i] = i + r; chunk k of the sum is sum_r (i + r) over chunk k.
+  const int64_t chunk = 3;
+  auto input = torch::arange(chunk * w.n, torch::kFloat) + w.r;
+  auto out = torch::empty({chunk}, torch::kFloat);
+  w.comm.reduce_scatter_sum(input, out);
+  auto expected = (torch::arange(chunk * w.n, torch::kFloat) * w.n + w.n * (w.n - 1) / 2.0).narrow(0, w.r * chunk, chunk);
+  EXPECT_TRUE(torch::equal(out, expected));
+
+  auto mine = torch::full({2}, static_cast<float>(w.r), torch::kFloat);
+  auto gathered = torch::empty({2 * w.n}, torch::kFloat);
+  w.comm.all_gather(mine, gathered);
+  for (int k = 0; k < w.n; ++k) EXPECT_EQ(gathered[2 * k + 1].item<float>(), static_cast<float>(k));
+}
+
+TEST(Communicator, BroadcastAndSendRecv) {
+  Ranks w;
+  auto t = w.r == 0 ? torch::arange(5, torch::kLong) : torch::zeros({5}, torch::kLong);
+  w.comm.broadcast(t, 0);
+  EXPECT_TRUE(torch::equal(t, torch::arange(5, torch::kLong)));
+  if (w.n < 2) return;
+  // A ring: send to the right, receive from the left.
+  auto send = torch::full({4}, static_cast<float>(w.r), torch::kFloat);
+  auto recv = torch::empty({4}, torch::kFloat);
+  if (w.r % 2 == 0) {
+    w.comm.send(send, (w.r + 1) % w.n, 7);
+    w.comm.recv(recv, (w.r + w.n - 1) % w.n, 7);
+  } else {
+    w.comm.recv(recv, (w.r + w.n - 1) % w.n, 7);
+    w.comm.send(send, (w.r + 1) % w.n, 7);
+  }
+  EXPECT_EQ(recv[0].item<float>(), static_cast<float>((w.r + w.n - 1) % w.n));
+}
+
+TEST(World, RanksNodesAndLocalRanks) {
+  const auto world = comm::World::from(MPI_COMM_WORLD);
+  EXPECT_GE(world.node_count, 1);
+  EXPECT_EQ(static_cast<int>(world.node_names.size()), world.node_count);
+  EXPECT_LT(world.local_rank, world.local_size);
+  int total_local = 0;
+  const int one = world.local_rank == 0 ? world.local_size : 0;
+  MPI_Allreduce(&one, &total_local, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(total_local, world.size);  // node sizes add up to the world
+}
+
+TEST(World, AgreeOrThrowGivesEveryRankTheLowestFailingRanksMessage) {
+  Ranks w;
+  EXPECT_NO_THROW(comm::agree_or_throw(MPI_COMM_WORLD, ""));
+  const std::string mine = w.r == w.n - 1 ? "last rank saw a problem" : "";
+  try {
+    comm::agree_or_throw(MPI_COMM_WORLD, mine);
+    FAIL() << "expected BadInput";
+  } catch (const BadInput& e) {
+    EXPECT_STREQ(e.what(), "last rank saw a problem");
+  }
+}
+
+TEST(Topology, StageMajorMapping) {
+  Ranks w;
+  for (int pp : {1, 2}) {
+    if (w.n % pp != 0) continue;
+    parallel::Topology topo(MPI_COMM_WORLD, w.n / pp, pp);
+    EXPECT_EQ(parallel::Topology::rank_of(topo.stage(), topo.dp_rank(), topo.dp()), w.r);
+    int dp_size = 0, pp_size = 0;
+    MPI_Comm_size(topo.dp_comm(), &dp_size);
+    MPI_Comm_size(topo.pp_comm(), &pp_size);
+    EXPECT_EQ(dp_size, w.n / pp);
+    EXPECT_EQ(pp_size, pp);
+  }
+}

@@ -1,0 +1,48 @@
+#pragma once
+// A scratch folder shared by the ranks of one test run (rank 0 makes it, everyone gets the
+// path), and a small synthetic dataset in it.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "data/prepare.hpp"
+
+namespace trident::test_support {
+
+inline std::string shared_scratch_dir() {
+  static std::string dir;
+  if (!dir.empty()) return dir;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char path[256] = {0};
+  if (rank == 0) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "trident-test-XXXXXX").string();
+    std::snprintf(path, sizeof(path), "%s", pattern.c_str());
+    if (!mkdtemp(path)) std::abort();
+  }
+  MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
+  dir = path;
+  return dir;
+}
+
+// A classification set of 1 x 12 x 12 images in 4 classes (rank 0 writes it once).
+inline std::string synthetic_dataset() {
+  const std::string path = shared_scratch_dir() + "/synthetic.h5";
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0 && !std::filesystem::exists(path)) {
+    data::SyntheticSpec spec;
+    spec.train = 512;
+    spec.test = 128;
+    spec.classes = 4;
+    spec.height = spec.width = 12;
+    data::prepare_synthetic(spec, path);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
+}  // namespace trident::test_support
