@@ -13,6 +13,7 @@
 #include "config/deck.hpp"
 #include "core/error.hpp"
 #include "data/prepare.hpp"
+#include "train/plan.hpp"
 #include "train/trainer.hpp"
 
 namespace po = boost::program_options;
@@ -65,6 +66,7 @@ void print_usage() {
       "  trident prepare-data fashion-mnist --out FILE.h5 [--source DIR]\n"
       "  trident prepare-data synthetic --out FILE.h5 [--train N --test N --classes K --shape CxHxW ...]\n"
       "  trident inspect FILE.h5                     list datasets, shapes, types and attributes\n"
+      "  trident plan DECK --world N [--set ...]     no training: layout and model-state memory per rank\n"
       "  trident --version | --help\n\n"
       "exit codes: 0 success, 2 bad input (deck, dataset, layout; one message), 1 a fault (the job aborts)\n",
       TRIDENT_VERSION);
@@ -159,6 +161,33 @@ int inspect_command(int argc, char** argv) {
       return vm.count("help") ? 0 : static_cast<int>(kExitBadInput);
     }
     std::cout << data::describe_hdf5(vm["file"].as<std::string>());
+    return 0;
+  });
+}
+
+}  // namespace trident::app
+
+namespace trident::app {
+
+int plan_command(int argc, char** argv) {
+  po::options_description options("trident plan DECK --world N");
+  options.add_options()("help,h", "this help")("deck", po::value<std::string>(), "input deck (INI)")(
+      "world", po::value<int>()->default_value(1), "ranks the job will have")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a deck key");
+  po::positional_options_description positional;
+  positional.add("deck", 1);
+  return guarded(false, [&] {
+    const auto vm = parse(argc, argv, options, positional);
+    if (vm.count("help")) {
+      std::cout << options << "\n";
+      return 0;
+    }
+    if (!vm.count("deck")) throw BadInput("plan: no deck given (trident plan DECK --world N)");
+    const auto overrides = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
+    const int world = vm["world"].as<int>();
+    config::validate_or_throw(deck, {world, false});
+    std::cout << train::plan_text(deck, world);
     return 0;
   });
 }

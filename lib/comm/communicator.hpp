@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace trident::comm {
 
@@ -30,6 +31,14 @@ class Communicator {
   virtual void reduce_scatter_sum(const at::Tensor& input, at::Tensor& output) = 0;
   // `output` holds size() chunks; chunk r is rank r's `input`.
   virtual void all_gather(const at::Tensor& input, at::Tensor& output) = 0;
+  // Uneven variants (ZeRO partitions whose sizes differ): rank r's piece has counts[r] elements.
+  // reduce_scatter_sum_v: `input` holds every piece back to back; `output` (counts[rank()]
+  // elements) gets the sum over ranks of this rank's piece.
+  virtual void reduce_scatter_sum_v(const at::Tensor& input, at::Tensor& output,
+                                    const std::vector<int64_t>& counts) = 0;
+  // all_gather_v: `output` gets every rank's piece back to back. `input` is this rank's piece;
+  // when it already is the right slice of `output`, the gather is done in place.
+  virtual void all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void send(const at::Tensor& tensor, int peer, int tag) = 0;
   virtual void recv(at::Tensor& tensor, int peer, int tag) = 0;

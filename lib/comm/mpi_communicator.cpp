@@ -86,6 +86,57 @@ void MpiCommunicator::all_gather(const at::Tensor& input, at::Tensor& output) {
                           mpi_type(output), comm_));
 }
 
+namespace {
+std::vector<int> int_counts(const std::vector<int64_t>& counts, std::vector<int>* displacements) {
+  std::vector<int> out;
+  int64_t offset = 0;
+  for (auto c : counts) {
+    TRIDENT_CHECK(offset + c <= INT32_MAX, "piece too large for one MPI call");
+    out.push_back(static_cast<int>(c));
+    if (displacements) displacements->push_back(static_cast<int>(offset));
+    offset += c;
+  }
+  return out;
+}
+int64_t total_of(const std::vector<int64_t>& counts) {
+  int64_t total = 0;
+  for (auto c : counts) total += c;
+  return total;
+}
+}  // namespace
+
+void MpiCommunicator::reduce_scatter_sum_v(const at::Tensor& input, at::Tensor& output,
+                                           const std::vector<int64_t>& counts) {
+  check_host_contiguous(input);
+  check_host_contiguous(output);
+  TRIDENT_CHECK(static_cast<int>(counts.size()) == size_ && input.numel() == total_of(counts) &&
+                    output.numel() == counts[static_cast<size_t>(rank_)],
+                "reduce_scatter_v: counts do not match the tensors");
+  const auto c = int_counts(counts, nullptr);
+  if (size_ == 1) {
+    output.copy_(input);
+    return;
+  }
+  MPI_CHECK(MPI_Reduce_scatter(input.data_ptr(), output.data_ptr(), c.data(), mpi_type(output), MPI_SUM, comm_));
+}
+
+void MpiCommunicator::all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) {
+  check_host_contiguous(input);
+  check_host_contiguous(output);
+  TRIDENT_CHECK(static_cast<int>(counts.size()) == size_ && output.numel() == total_of(counts) &&
+                    input.numel() == counts[static_cast<size_t>(rank_)],
+                "all_gather_v: counts do not match the tensors");
+  std::vector<int> displacements;
+  const auto c = int_counts(counts, &displacements);
+  const auto* own = static_cast<const char*>(output.data_ptr()) +
+                    static_cast<int64_t>(displacements[static_cast<size_t>(rank_)]) * output.element_size();
+  const bool in_place = input.data_ptr() == own;
+  if (!in_place) output.narrow(0, displacements[static_cast<size_t>(rank_)], input.numel()).copy_(input);
+  if (size_ == 1) return;
+  MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, output.data_ptr(), c.data(), displacements.data(),
+                           mpi_type(output), comm_));
+}
+
 void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   check_host_contiguous(tensor);
   MPI_CHECK(MPI_Bcast(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), root, comm_));

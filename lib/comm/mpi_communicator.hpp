@@ -18,6 +18,9 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Work> all_reduce_sum_async(at::Tensor& tensor) override;
   void reduce_scatter_sum(const at::Tensor& input, at::Tensor& output) override;
   void all_gather(const at::Tensor& input, at::Tensor& output) override;
+  void reduce_scatter_sum_v(const at::Tensor& input, at::Tensor& output,
+                            const std::vector<int64_t>& counts) override;
+  void all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) override;
   void broadcast(at::Tensor& tensor, int root) override;
   void send(const at::Tensor& tensor, int peer, int tag) override;
   void recv(at::Tensor& tensor, int peer, int tag) override;

@@ -276,8 +276,6 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   }
   if (d.parallel.zero < 0 || d.parallel.zero > 3)
     fail("parallel.zero", fmt::format("{} is out of range (0 | 1 | 2 | 3)", d.parallel.zero));
-  else if (d.parallel.zero != 0)
-    fail("parallel.zero", fmt::format("ZeRO stage {} requested; this version runs zero = 0 only", d.parallel.zero));
   one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b"});
   if (one_of("parallel.backend", d.parallel.backend, {"auto", "mpi", "nccl"}) && d.parallel.backend == "nccl" &&
       !env.cuda_available)

@@ -32,7 +32,7 @@
 #define TRIDENT_DECK_PARALLEL(X)                                                                \
   X(parallel, dp, std::string, "auto", "data-parallel replicas; auto = world size / pp")        \
   X(parallel, pp, int64_t, 1, "pipeline stages (only 1 in this version)")                       \
-  X(parallel, zero, int64_t, 0, "ZeRO stage 0 | 1 | 2 | 3 (only 0 in this version)")            \
+  X(parallel, zero, int64_t, 0, "ZeRO stage within each dp group: 0 (DDP) | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)")            \
   X(parallel, schedule, std::string, "1f1b", "pipeline schedule: gpipe | 1f1b")                 \
   X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: mpi for CPU tensors)") \
   X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB")

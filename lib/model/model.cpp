@@ -9,7 +9,11 @@ LayerStackImpl::LayerStackImpl(std::vector<Layer> layers) : layers_(std::move(la
 }
 
 torch::Tensor LayerStackImpl::forward(torch::Tensor x) {
-  for (auto& layer : layers_) x = layer.module->forward(x);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (hooks_) hooks_->before_layer(l);
+    x = layers_[l].module->forward(x);
+    if (hooks_) hooks_->after_layer(l, x);
+  }
   return x;
 }
 

@@ -24,15 +24,26 @@ struct InputSpec {
   int64_t classes = 10;
 };
 
+// Called around each layer's forward: ZeRO-3 gathers a layer's parameters just before it runs
+// and frees them right after.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_layer(size_t layer) = 0;
+  virtual void after_layer(size_t layer, torch::Tensor& output) = 0;
+};
+
 // A contiguous run of layers (the whole model, or one pipeline stage) as one module.
 class LayerStackImpl : public torch::nn::Module {
  public:
   explicit LayerStackImpl(std::vector<Layer> layers);
   torch::Tensor forward(torch::Tensor x);
   const std::vector<Layer>& layers() const { return layers_; }
+  void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
 
  private:
   std::vector<Layer> layers_;
+  LayerHooks* hooks_ = nullptr;
 };
 TORCH_MODULE(LayerStack);
 

@@ -11,6 +11,7 @@ FlatParams::FlatParams(torch::nn::Module& model) {
     slots.push_back({item.key(), total, p.numel(), p.sizes().vec(), p});
     total += p.numel();
   }
+  numel_ = total;
   params = torch::empty({total}, torch::kFloat);
   grads = torch::zeros({total}, torch::kFloat);
   torch::NoGradGuard no_grad;

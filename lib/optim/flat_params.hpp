@@ -23,9 +23,12 @@ class FlatParams {
   torch::Tensor grads;   // [numel], fp32; never reset to undefined, only zeroed
   std::vector<ParamSlot> slots;
 
-  int64_t numel() const { return params.numel(); }
+  int64_t numel() const { return numel_; }  // also once ZeRO-3 has released `params`
   std::vector<int64_t> numels() const;
   void zero_grad() { grads.zero_(); }
+
+ private:
+  int64_t numel_ = 0;
 };
 
 }  // namespace trident::optim

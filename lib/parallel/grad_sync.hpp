@@ -1,28 +1,48 @@
 #pragma once
-// How gradients become the same on every dp rank of a stage. One file per strategy
-// (ddp.cpp now; ZeRO stages later) behind this interface.
+// How the dp ranks of a stage share the work of one optimizer step. One file per strategy
+// behind this interface: ddp.cpp (gradients all-reduced, every rank updates everything),
+// zero1.cpp (optimizer state partitioned), zero2.cpp (+ gradients), zero3.cpp (+ parameters).
 //
 // Per optimizer step the trainer calls, for each micro-step m of M:
-//   before_backward(m == M - 1); loss.backward();
-// then finish() once, after which FlatParams::grads holds the sum over dp ranks of each
-// rank's accumulated gradient (the trainer scales the loss by 1 / (M x dp), so that sum is the
-// gradient of the global batch's mean loss).
+//   before_backward(m == M - 1); forward; loss.backward();
+// then finish(); clips optimizer_grads() by the global norm; updates optimizer_params() from
+// optimizer_grads(); then after_step(). The trainer scales the loss by 1 / (M x dp), so the
+// reduced gradient is that of the global batch's mean loss.
 #include <memory>
 
 #include "comm/communicator.hpp"
 #include "config/deck.hpp"
+#include "model/model.hpp"
 #include "optim/flat_params.hpp"
 
 namespace trident::parallel {
+
+// Model-state bytes this rank holds, by kind (optimizer state is the optimizer's to report).
+struct StateBytes {
+  int64_t params = 0, grads = 0, master = 0;
+};
 
 class GradSync {
  public:
   virtual ~GradSync() = default;
   virtual std::string name() const = 0;
-  // `reduce` is true on the last micro-step: gradients are reduced as backward produces them.
-  virtual void before_backward(bool reduce) = 0;
+  // `last` is true on the last micro-step of a step.
+  virtual void before_backward(bool last) = 0;
   virtual void finish() = 0;
-  double exposed_comm_seconds() const { return exposed_seconds_; }  // time finish() blocked
+  // What this rank's optimizer updates: fp32 parameters and their reduced gradients, one
+  // contiguous buffer each (the whole model for DDP, this rank's partition for ZeRO).
+  virtual at::Tensor optimizer_params() = 0;
+  virtual at::Tensor optimizer_grads() = 0;
+  // True when optimizer_grads() holds only this rank's partition: the global gradient norm is
+  // then summed over the dp group.
+  virtual bool sharded() const = 0;
+  // After the optimizer step: every rank's parameters up to date again, gradients cleared.
+  virtual void after_step() = 0;
+  // Every parameter, whole, in model order (collective for ZeRO-3; for tests and checkpoints).
+  virtual at::Tensor full_params() = 0;
+  virtual StateBytes state_bytes() const = 0;
+
+  double exposed_comm_seconds() const { return exposed_seconds_; }  // communication nobody overlapped
   int64_t buckets_launched() const { return launched_total_; }
 
  protected:
@@ -31,7 +51,18 @@ class GradSync {
 };
 
 std::unique_ptr<GradSync> make_ddp(optim::FlatParams& flat, comm::Communicator& dp_comm, double bucket_mb);
-std::unique_ptr<GradSync> make_grad_sync(const config::Deck& deck, optim::FlatParams& flat,
+std::unique_ptr<GradSync> make_zero1(optim::FlatParams& flat, comm::Communicator& dp_comm, double bucket_mb);
+std::unique_ptr<GradSync> make_zero2(optim::FlatParams& flat, comm::Communicator& dp_comm, double bucket_mb);
+std::unique_ptr<GradSync> make_zero3(optim::FlatParams& flat, model::LayerStack& model, comm::Communicator& dp_comm);
+
+// The ZeRO paper's model-state bytes per rank for `numel` parameters over `dp` ranks, in fp32:
+// parameters 4, gradients 4, optimizer state K (AdamW 8: m and v; SGD with momentum 4), each
+// divided by dp where the stage partitions it: zero 0 (8+K)N, 1 (4+4)N + KN/dp, 2 4N + (4+K)N/dp,
+// 3 (8+K)N/dp. (Mixed precision, a later version: 2 + 2 + K with K = 12.)
+int64_t expected_state_bytes(int zero, int64_t numel, int dp, int64_t optimizer_bytes_per_param);
+
+// parallel.zero picks the strategy.
+std::unique_ptr<GradSync> make_grad_sync(const config::Deck& deck, optim::FlatParams& flat, model::LayerStack& model,
                                          comm::Communicator& dp_comm);
 
 }  // namespace trident::parallel

@@ -174,7 +174,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm) : s_(std::make_unique<
   s.model = model::build(deck, {s.train_split->sample_shape(), s.train_split->classes()});
   broadcast_model(s);
   s.flat = std::make_unique<optim::FlatParams>(*s.model);
-  s.grad_sync = parallel::make_grad_sync(deck, *s.flat, *s.dp_comm);
+  s.grad_sync = parallel::make_grad_sync(deck, *s.flat, s.model, *s.dp_comm);
   s.optimizer = optim::make_optimizer(deck);
   s.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, s.total_steps};
 
@@ -183,7 +183,12 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm) : s_(std::make_unique<
 
 Trainer::~Trainer() = default;
 
-const optim::FlatParams& Trainer::params() const { return *s_->flat; }
+std::vector<at::Tensor> Trainer::full_parameters() {
+  const at::Tensor full = s_->grad_sync->full_params();
+  std::vector<at::Tensor> out;
+  for (const auto& slot : s_->flat->slots) out.push_back(full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
+  return out;
+}
 
 Result Trainer::run() {
   auto& s = *s_;
@@ -195,9 +200,9 @@ Result Trainer::run() {
   std::string nodes;
   for (const auto& n : s.world.node_names) nodes += (nodes.empty() ? "" : ",") + n;
   log::info("layout: world {} on {} node(s) [{}] | dp {} x pp {} | zero {} | backend {} | device cpu | "
-            "{} thread(s)/rank | global batch {} = micro {} x dp {} x accumulation {}",
+            "gradients {} | {} thread(s)/rank | global batch {} = micro {} x dp {} x accumulation {}",
             s.world.size, s.world.node_count, nodes, topo.dp(), topo.pp(), deck.parallel.zero, s.dp_comm->backend(),
-            s.threads, deck.optim.global_batch, deck.optim.micro_batch, topo.dp(), s.accumulation);
+            s.grad_sync->name(), s.threads, deck.optim.global_batch, deck.optim.micro_batch, topo.dp(), s.accumulation);
   log::info("model {}: {} parameters | data {}: {} train / {} test samples, {} steps/epoch, {} steps",
             deck.model.kind, s.flat->numel(), deck.data.path, s.train_split->size(), s.test_split->size(),
             s.sampler->steps_per_epoch(), s.total_steps);
@@ -244,10 +249,13 @@ Result Trainer::run() {
       {
         ScopedTimer t(s.times.optimizer);
         torch::NoGradGuard no_grad;
-        grad_norm = optim::clip_by_global_norm(s.flat->grads, s.flat->grads.pow(2).sum().item<double>(),
-                                               deck.optim.clip_grad_norm);
-        s.optimizer->step(s.flat->params, s.flat->grads, lr);
-        s.flat->zero_grad();
+        at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
+        // Under ZeRO each rank holds part of the gradient: the squares are summed over the dp group.
+        double squares = grads.pow(2).sum().item<double>();
+        if (s.grad_sync->sharded()) squares = mean_over_dp(s, squares) * topo.dp();
+        grad_norm = optim::clip_by_global_norm(grads, squares, deck.optim.clip_grad_norm);
+        s.optimizer->step(params, grads, lr);
+        s.grad_sync->after_step();
       }
       step_loss /= static_cast<double>(s.accumulation);
       epoch_loss_sum += step_loss;
@@ -305,9 +313,13 @@ Result Trainer::run() {
                     &s.times.optimizer, &s.times.checkpoint, &s.times.evaluation})
     *t = max_over_ranks(s.world.comm, *t);
   summary.time = s.times;
-  const int64_t param_bytes = s.flat->numel() * 4;
   const int64_t optimizer_k = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
-  summary.memory = {param_bytes, param_bytes, s.optimizer->state_bytes(), 0, s.flat->numel() * (4 + 4 + optimizer_k)};
+  const auto state = s.grad_sync->state_bytes();
+  auto max_bytes = [&](int64_t v) { return static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(v))); };
+  summary.memory = {max_bytes(state.params), max_bytes(state.grads), max_bytes(s.optimizer->state_bytes()),
+                    max_bytes(state.master),
+                    parallel::expected_state_bytes(static_cast<int>(deck.parallel.zero), s.flat->numel(), topo.dp(),
+                                                   optimizer_k)};
   summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(report::peak_rss_bytes())));
   if (s.world.rank == 0) report::write_report_json(deck.run.output_dir + "/report.json", summary);
   log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 #include "config/deck.hpp"
 
 namespace trident::optim { class FlatParams; }
@@ -27,8 +29,8 @@ class Trainer {
   Trainer(const config::Deck& deck, MPI_Comm comm);
   ~Trainer();
   Result run();
-  // The trained parameters, flat, in model order (for tests and benchmarks).
-  const optim::FlatParams& params() const;
+  // Every trained parameter, whole, in model order (collective: ZeRO-3 gathers them).
+  std::vector<at::Tensor> full_parameters();
 
   struct State;  // the run's objects, defined in trainer.cpp
 

@@ -99,3 +99,29 @@ TEST(Topology, StageMajorMapping) {
     EXPECT_EQ(pp_size, pp);
   }
 }
+
+TEST(Communicator, UnevenReduceScatterAndAllGather) {
+  Ranks w;
+  // Rank r owns r + 1 elements (rank 0 one, ...); some ranks may own none.
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  for (int k = 0; k < w.n; ++k) {
+    counts.push_back(k == 1 ? 0 : k + 1);
+    total += counts.back();
+  }
+  auto input = torch::arange(total, torch::kFloat) * (w.r + 1);
+  auto out = torch::empty({counts[static_cast<size_t>(w.r)]}, torch::kFloat);
+  w.comm.reduce_scatter_sum_v(input, out, counts);
+  int64_t offset = 0;
+  for (int k = 0; k < w.r; ++k) offset += counts[static_cast<size_t>(k)];
+  const double factor = w.n * (w.n + 1) / 2.0;
+  EXPECT_TRUE(torch::equal(out, torch::arange(total, torch::kFloat).narrow(0, offset, out.numel()) * factor));
+
+  // In place: each rank's piece already sits in the output.
+  auto full = torch::full({total}, -1.0f);
+  full.narrow(0, offset, out.numel()).fill_(static_cast<float>(w.r));
+  w.comm.all_gather_v(full.narrow(0, offset, out.numel()), full, counts);
+  int64_t at = 0;
+  for (int k = 0; k < w.n; ++k)
+    for (int64_t i = 0; i < counts[static_cast<size_t>(k)]; ++i) EXPECT_EQ(full[at++].item<float>(), static_cast<float>(k));
+}

@@ -1,72 +1,13 @@
 // Data parallelism changes nothing but speed: after k steps, dp = world gives the same
 // parameters as one rank training the same global batch (the same micro-batches, accumulated),
 // and gradient accumulation gives the same parameters as one large micro-batch.
-#include <gtest/gtest.h>
-#include <torch/torch.h>
-
-#include "config/deck.hpp"
-#include "optim/flat_params.hpp"
-#include "test_data.hpp"
-#include "train/trainer.hpp"
+#include "train_helpers.hpp"
 
 using namespace trident;
 
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-config::Deck tiny_deck(const std::string& kind, const std::string& name) {
-  config::Deck d;
-  d.run.name = name;
-  d.run.max_steps = 5;
-  d.run.log_every = 1;
-  d.run.threads = 1;
-  d.data.path = test_support::synthetic_dataset();
-  d.model.kind = kind;
-  d.model.hidden = "32,16";
-  d.optim.global_batch = 32;
-  d.optim.micro_batch = 8;
-  d.optim.lr = 1e-2;
-  return d;
-}
-
-struct Trained {
-  std::vector<torch::Tensor> params;  // per parameter, model order
-  train::Result result;
-};
-
-// Trains `deck` over `comm` (MPI_COMM_WORLD: dp = world; MPI_COMM_SELF: each rank alone).
-Trained train_on(config::Deck deck, MPI_Comm comm, const std::string& tag) {
-  int size = 1;
-  MPI_Comm_size(comm, &size);
-  deck.run.output_dir = test_support::shared_scratch_dir() + "/" + deck.run.name + "_" + tag + "_r" +
-                        std::to_string(world_rank());
-  EXPECT_TRUE(config::validate(deck, {size, false}).empty());
-  train::Trainer trainer(deck, comm);
-  Trained out;
-  out.result = trainer.run();
-  for (const auto& slot : trainer.params().slots) out.params.push_back(slot.param.detach().clone());
-  return out;
-}
-
-// max over parameters of max|a - b| / max|b|.
-double max_relative_difference(const Trained& a, const Trained& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.params.size(); ++i) {
-    const double scale = std::max(b.params[i].abs().max().item<double>(), 1e-12);
-    worst = std::max(worst, (a.params[i] - b.params[i]).abs().max().item<double>() / scale);
-  }
-  return worst;
-}
+using namespace test_support;
 
 void expect_dp_equals_one_rank(config::Deck deck) {
   const auto dp = train_on(deck, MPI_COMM_WORLD, "dp" + std::to_string(world_size()));

@@ -1,0 +1,193 @@
+// ZeRO stage 3: parameters, gradients and optimizer state are all partitioned. Each rank keeps
+// only its contiguous partition of the parameters. A layer's parameters are all-gathered into
+// a buffer just before its forward and freed right after; gathered again when backward reaches
+// the layer (a hook on the layer's output); its gradients land in a per-layer buffer that is
+// reduce-scattered into the gradient partition and freed as soon as the layer's backward is done.
+//
+// "Freed" means the buffer's storage is released while its views (the parameters, and what
+// autograd saved from them) stay in place; re-allocating the storage brings them all back.
+#include <torch/torch.h>
+
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "parallel/bucket_readiness.hpp"
+#include "parallel/grad_sync.hpp"
+#include "parallel/partition.hpp"
+
+namespace trident::parallel {
+
+namespace {
+
+void release_storage(at::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  impl->set_nbytes(0);
+}
+
+void allocate_storage(at::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(bytes));
+  impl->set_nbytes(bytes);
+}
+
+struct LayerSpan {
+  int64_t first_param = 0, end_param = 0;  // slots
+  int64_t begin = 0, end = 0;              // flat buffer
+  at::Tensor params, grads;                // the gathered buffers (storage released when idle)
+  bool params_live = false, grads_live = false;
+};
+
+class Zero3 final : public GradSync, public model::LayerHooks {
+ public:
+  Zero3(optim::FlatParams& flat, model::LayerStack& model, comm::Communicator& comm)
+      : flat_(flat), model_(model), comm_(comm), partition_(flat.numel(), comm.size()) {
+    range_ = partition_.range(comm.rank());
+    // Layer l owns the parameters named "<layer name>.*": a contiguous run of slots.
+    size_t slot = 0;
+    for (const auto& layer : model->layers()) {
+      LayerSpan span;
+      span.first_param = static_cast<int64_t>(slot);
+      span.begin = slot < flat.slots.size() ? flat.slots[slot].offset : flat.numel();
+      while (slot < flat.slots.size() && flat.slots[slot].name.rfind(layer.name + ".", 0) == 0) ++slot;
+      span.end_param = static_cast<int64_t>(slot);
+      span.end = slot < flat.slots.size() ? flat.slots[slot].offset : flat.numel();
+      layers_.push_back(span);
+    }
+    TRIDENT_CHECK(slot == flat.slots.size(), "zero3: parameters outside the model's layers");
+
+    param_partition_ = flat.params.narrow(0, range_.begin, range_.end - range_.begin).clone();
+    grad_partition_ = at::zeros_like(param_partition_);
+    torch::NoGradGuard no_grad;
+    std::vector<Bucket> backward_order;  // readiness buckets: layers with parameters, last first
+    for (size_t l = layers_.size(); l-- > 0;) {
+      auto& span = layers_[l];
+      if (span.end == span.begin) continue;
+      span.params = flat.params.narrow(0, span.begin, span.end - span.begin).clone();
+      span.grads = at::empty_like(span.params);
+      for (int64_t p = span.first_param; p < span.end_param; ++p) {
+        auto& s = flat.slots[static_cast<size_t>(p)];
+        s.param.set_data(span.params.narrow(0, s.offset - span.begin, s.numel).view(s.shape));
+        s.param.mutable_grad() = at::Tensor();
+      }
+      release_storage(span.params);
+      release_storage(span.grads);
+      layer_of_bucket_.push_back(l);
+      backward_order.push_back({span.first_param, span.end_param, span.begin, span.end - span.begin});
+    }
+    // This rank now holds only its partition: the whole-model buffers go.
+    flat.params = at::Tensor();
+    flat.grads = at::Tensor();
+    readiness_ = std::make_unique<BucketReadiness>(flat, std::move(backward_order),
+                                                   [this](size_t b) { reduce(layer_of_bucket_[b]); });
+    model_->set_hooks(this);
+  }
+
+  ~Zero3() override { model_->set_hooks(nullptr); }
+
+  std::string name() const override { return "zero3"; }
+
+  // ---- forward: gather just in time, free right after
+  void before_layer(size_t l) override { gather(l); }
+  void after_layer(size_t l, torch::Tensor& output) override {
+    auto& span = layers_[l];
+    if (span.end == span.begin) return;
+    if (torch::GradMode::is_enabled() && output.requires_grad()) {
+      // Runs when the gradient of this layer's output is ready, i.e. just before its backward.
+      output.register_hook([this, l](const at::Tensor& grad) {
+        prepare_backward(l);
+        return grad;
+      });
+    }
+    release_storage(span.params);
+    span.params_live = false;
+  }
+
+  // ---- backward
+  void before_backward(bool) override {
+    readiness_->flush();
+    readiness_->arm();
+  }
+  void finish() override { readiness_->flush(); }
+
+  at::Tensor optimizer_params() override { return param_partition_; }
+  at::Tensor optimizer_grads() override { return grad_partition_; }
+  bool sharded() const override { return true; }
+  void after_step() override { grad_partition_.zero_(); }  // the next forward gathers the new values
+
+  at::Tensor full_params() override {
+    at::Tensor full = at::empty({flat_.numel()}, at::kFloat);
+    for (const auto& span : layers_) {
+      if (span.end == span.begin) continue;
+      auto out = full.narrow(0, span.begin, span.end - span.begin);
+      comm_.all_gather_v(own_piece(param_partition_, span), out, partition_.counts(span.begin, span.end));
+    }
+    return full;
+  }
+  StateBytes state_bytes() const override { return {param_partition_.numel() * 4, grad_partition_.numel() * 4, 0}; }
+
+ private:
+  // This rank's part of a layer, as a slice of a partition-sized buffer.
+  at::Tensor own_piece(const at::Tensor& partition, const LayerSpan& span) const {
+    const auto piece = partition_.intersect(span.begin, span.end, comm_.rank());
+    return partition.narrow(0, piece.begin - range_.begin, piece.end - piece.begin);
+  }
+
+  void gather(size_t l) {
+    auto& span = layers_[l];
+    if (span.end == span.begin || span.params_live) return;
+    Stopwatch watch;
+    allocate_storage(span.params);
+    comm_.all_gather_v(own_piece(param_partition_, span), span.params, partition_.counts(span.begin, span.end));
+    span.params_live = true;
+    exposed_seconds_ += watch.seconds();
+  }
+
+  void prepare_backward(size_t l) {
+    gather(l);
+    auto& span = layers_[l];
+    if (span.grads_live) return;
+    allocate_storage(span.grads);
+    span.grads.zero_();
+    for (int64_t p = span.first_param; p < span.end_param; ++p) {
+      auto& s = flat_.slots[static_cast<size_t>(p)];
+      s.param.mutable_grad() = span.grads.narrow(0, s.offset - span.begin, s.numel).view(s.shape);
+    }
+    span.grads_live = true;
+  }
+
+  void reduce(size_t l) {
+    auto& span = layers_[l];
+    prepare_backward(l);  // no-op unless the layer took no part in this backward (zero gradient)
+    Stopwatch watch;
+    const auto piece = partition_.intersect(span.begin, span.end, comm_.rank());
+    at::Tensor received = at::empty({piece.end - piece.begin}, at::kFloat);
+    comm_.reduce_scatter_sum_v(span.grads, received, partition_.counts(span.begin, span.end));
+    own_piece(grad_partition_, span).add_(received);
+    for (int64_t p = span.first_param; p < span.end_param; ++p)
+      flat_.slots[static_cast<size_t>(p)].param.mutable_grad() = at::Tensor();
+    release_storage(span.grads);
+    release_storage(span.params);
+    span.grads_live = span.params_live = false;
+    ++launched_total_;
+    exposed_seconds_ += watch.seconds();
+  }
+
+  optim::FlatParams& flat_;
+  model::LayerStack& model_;
+  comm::Communicator& comm_;
+  Partition partition_;
+  data::Range range_{0, 0};
+  std::vector<LayerSpan> layers_;
+  std::vector<size_t> layer_of_bucket_;
+  at::Tensor param_partition_, grad_partition_;
+  std::unique_ptr<BucketReadiness> readiness_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradSync> make_zero3(optim::FlatParams& flat, model::LayerStack& model, comm::Communicator& dp_comm) {
+  return std::make_unique<Zero3>(flat, model, dp_comm);
+}
+
+}  // namespace trident::parallel

@@ -1,0 +1,75 @@
+#pragma once
+// Training a tiny model in-process over a communicator, and comparing the results.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "config/deck.hpp"
+#include "test_data.hpp"
+#include "train/trainer.hpp"
+
+namespace trident::test_support {
+
+inline int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// 5 steps of a global batch of 32 in micro-batches of 8 on the synthetic set.
+inline config::Deck tiny_deck(const std::string& kind, const std::string& name) {
+  config::Deck d;
+  d.run.name = name;
+  d.run.max_steps = 5;
+  d.run.log_every = 1;
+  d.run.threads = 1;
+  d.data.path = synthetic_dataset();
+  d.model.kind = kind;
+  d.model.hidden = "32,16";
+  d.optim.global_batch = 32;
+  d.optim.micro_batch = 8;
+  d.optim.lr = 1e-2;
+  return d;
+}
+
+struct Trained {
+  std::vector<torch::Tensor> params;  // per parameter, model order
+  train::Result result;
+  std::string output_dir;
+};
+
+// Trains `deck` over `comm` (MPI_COMM_WORLD: dp = world; MPI_COMM_SELF: each rank alone).
+inline Trained train_on(config::Deck deck, MPI_Comm comm, const std::string& tag) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  deck.run.output_dir = shared_scratch_dir() + "/" + deck.run.name + "_" + tag + "_r" + std::to_string(world_rank());
+  const auto errors = config::validate(deck, {size, false});
+  EXPECT_TRUE(errors.empty()) << (errors.empty() ? "" : errors.front());
+  train::Trainer trainer(deck, comm);
+  Trained out;
+  out.result = trainer.run();
+  out.params = trainer.full_parameters();
+  out.output_dir = deck.run.output_dir;
+  return out;
+}
+
+// max over parameters of max|a - b| / max|b|.
+inline double max_relative_difference(const Trained& a, const Trained& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    const double scale = std::max(b.params[i].abs().max().item<double>(), 1e-12);
+    worst = std::max(worst, (a.params[i] - b.params[i]).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+}  // namespace trident::test_support

@@ -1,0 +1,34 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "parallel/grad_sync.hpp"
+#include "parallel/partition.hpp"
+
+using trident::parallel::Partition;
+
+TEST(Partition, UnevenRangesCoverTheBufferAndCountsAddUp) {
+  const Partition p(10, 4);  // 3, 3, 2, 2
+  EXPECT_EQ(p.range(0).end - p.range(0).begin, 3);
+  EXPECT_EQ(p.range(3).begin, 8);
+  EXPECT_EQ(p.range(3).end, 10);
+  // A bucket [2, 7) meets ranks 0 (2), 1 (3..5 -> 3) and 2 (6).
+  EXPECT_EQ(p.counts(2, 7), (std::vector<int64_t>{1, 3, 1, 0}));
+  const auto empty = p.intersect(2, 7, 3);
+  EXPECT_EQ(empty.begin, empty.end);
+  for (int64_t b = 0; b <= 10; ++b)
+    for (int64_t e = b; e <= 10; ++e) {
+      const auto c = p.counts(b, e);
+      EXPECT_EQ(std::accumulate(c.begin(), c.end(), int64_t{0}), e - b);
+    }
+}
+
+TEST(Partition, ExpectedStateBytesFollowTheZeroPaper) {
+  using trident::parallel::expected_state_bytes;
+  const int64_t n = 1000;
+  EXPECT_EQ(expected_state_bytes(0, n, 4, 8), 16 * n);
+  EXPECT_EQ(expected_state_bytes(1, n, 4, 8), 8 * n + 8 * n / 4);
+  EXPECT_EQ(expected_state_bytes(2, n, 4, 8), 4 * n + 12 * n / 4);
+  EXPECT_EQ(expected_state_bytes(3, n, 4, 8), 16 * n / 4);
+  EXPECT_EQ(expected_state_bytes(3, 10, 4, 8), 16 * 3);  // the largest partition, 3 of 10
+}
