@@ -41,6 +41,8 @@ class Communicator {
   virtual void all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void send(const at::Tensor& tensor, int peer, int tag) = 0;
+  // Non-blocking send: `tensor` must stay alive and unchanged until the Work completes.
+  virtual std::unique_ptr<Work> send_async(const at::Tensor& tensor, int peer, int tag) = 0;
   virtual void recv(at::Tensor& tensor, int peer, int tag) = 0;
   virtual void barrier() = 0;
 };

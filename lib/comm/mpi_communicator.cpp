@@ -147,6 +147,13 @@ void MpiCommunicator::send(const at::Tensor& tensor, int peer, int tag) {
   MPI_CHECK(MPI_Send(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), peer, tag, comm_));
 }
 
+std::unique_ptr<Work> MpiCommunicator::send_async(const at::Tensor& tensor, int peer, int tag) {
+  check_host_contiguous(tensor);
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Isend(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), peer, tag, comm_, &request));
+  return std::make_unique<MpiWork>(request);
+}
+
 void MpiCommunicator::recv(at::Tensor& tensor, int peer, int tag) {
   check_host_contiguous(tensor);
   MPI_CHECK(MPI_Recv(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), peer, tag, comm_, MPI_STATUS_IGNORE));

@@ -23,6 +23,7 @@ class MpiCommunicator final : public Communicator {
   void all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) override;
   void broadcast(at::Tensor& tensor, int root) override;
   void send(const at::Tensor& tensor, int peer, int tag) override;
+  std::unique_ptr<Work> send_async(const at::Tensor& tensor, int peer, int tag) override;
   void recv(at::Tensor& tensor, int peer, int tag) override;
   void barrier() override;
 

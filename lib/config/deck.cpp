@@ -259,11 +259,9 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   }
 
   const int64_t pp = d.parallel.pp;
-  if (pp < 1) {
-    fail("parallel.pp", fmt::format("{} is out of range (must be >= 1)", pp));
-  } else if (pp != 1) {
-    fail("parallel.pp", fmt::format("{} pipeline stages requested; this version runs pp = 1 only", pp));
-  }
+  if (pp < 1) fail("parallel.pp", fmt::format("{} is out of range (must be >= 1)", pp));
+  if (!std::regex_match(d.parallel.boundaries, std::regex(" *([0-9]+ *(, *[0-9]+ *)*)?")))
+    fail("parallel.boundaries", fmt::format("'{}' must be a comma-separated list of layer indices", d.parallel.boundaries));
   int64_t dp = 0;
   if (d.parallel.dp != "auto" && (!parse_value(d.parallel.dp, dp) || dp < 1)) {
     fail("parallel.dp", fmt::format("'{}' must be auto or a positive integer", d.parallel.dp));

@@ -31,7 +31,9 @@
 
 #define TRIDENT_DECK_PARALLEL(X)                                                                \
   X(parallel, dp, std::string, "auto", "data-parallel replicas; auto = world size / pp")        \
-  X(parallel, pp, int64_t, 1, "pipeline stages (only 1 in this version)")                       \
+  X(parallel, pp, int64_t, 1, "pipeline stages; the model's layer list is cut into pp contiguous runs") \
+  X(parallel, boundaries, std::string, "",                                                      \
+    "first layer of stages 1..pp-1, e.g. 2,5; empty = balanced by parameter count")             \
   X(parallel, zero, int64_t, 0, "ZeRO stage within each dp group: 0 (DDP) | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)")            \
   X(parallel, schedule, std::string, "1f1b", "pipeline schedule: gpipe | 1f1b")                 \
   X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: mpi for CPU tensors)") \

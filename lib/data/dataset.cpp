@@ -54,7 +54,7 @@ SplitReader::SplitReader(const std::string& path, const std::string& split) : pa
   classes_ = classes;
 }
 
-void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor& inputs, at::Tensor& labels) {
+void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels) {
   const auto n = static_cast<int64_t>(indices.size());
   // HDF5 fills memory in file order: read the sorted rows, then put them back in the order asked.
   std::vector<int64_t> order(indices.size());
@@ -63,11 +63,12 @@ void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor& inputs, 
 
   std::vector<int64_t> in_shape{n};
   in_shape.insert(in_shape.end(), sample_shape_.begin(), sample_shape_.end());
-  at::Tensor raw_inputs = at::empty(in_shape, inputs_are_bytes_ ? at::kByte : at::kFloat);
-  at::Tensor raw_labels = at::empty({n}, at::kLong);
+  at::Tensor raw_inputs = inputs ? at::empty(in_shape, inputs_are_bytes_ ? at::kByte : at::kFloat) : at::Tensor();
+  at::Tensor raw_labels = labels ? at::empty({n}, at::kLong) : at::Tensor();
   {
     std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     for (auto [dataset, tensor] : {std::pair<hid_t, at::Tensor*>{inputs_, &raw_inputs}, {labels_, &raw_labels}}) {
+      if (!tensor->defined()) continue;
       Hid file_space(HDF5_CHECK(H5Dget_space(dataset)));
       const int rank = H5Sget_simple_extent_ndims(file_space);
       std::vector<hsize_t> dims(static_cast<size_t>(rank));
@@ -96,12 +97,14 @@ void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor& inputs, 
   }
   // Row k of the sorted read is indices[order[k]]: scatter back to the requested order.
   at::Tensor position = at::from_blob(order.data(), {n}, at::kLong).clone();
-  at::Tensor sorted_inputs = inputs_are_bytes_ ? raw_inputs.to(at::kFloat).div_(255.0) : raw_inputs;
-  inputs = at::empty_like(sorted_inputs).index_copy_(0, position, sorted_inputs);
-  labels = at::empty_like(raw_labels).index_copy_(0, position, raw_labels);
+  if (inputs) {
+    at::Tensor sorted_inputs = inputs_are_bytes_ ? raw_inputs.to(at::kFloat).div_(255.0) : raw_inputs;
+    *inputs = at::empty_like(sorted_inputs).index_copy_(0, position, sorted_inputs);
+  }
+  if (labels) *labels = at::empty_like(raw_labels).index_copy_(0, position, raw_labels);
 }
 
-void SplitReader::read_range(int64_t begin, int64_t end, at::Tensor& inputs, at::Tensor& labels) {
+void SplitReader::read_range(int64_t begin, int64_t end, at::Tensor* inputs, at::Tensor* labels) {
   std::vector<int64_t> indices(static_cast<size_t>(end - begin));
   std::iota(indices.begin(), indices.end(), begin);
   read(indices, inputs, labels);

@@ -25,9 +25,10 @@ class SplitReader {
   const std::string& path() const { return path_; }
 
   // Rows `indices` (any order, no repeats) as float inputs [n, ...] and int64 labels [n],
-  // in the order asked for.
-  void read(const std::vector<int64_t>& indices, at::Tensor& inputs, at::Tensor& labels);
-  void read_range(int64_t begin, int64_t end, at::Tensor& inputs, at::Tensor& labels);
+  // in the order asked for. A null pointer skips that dataset (a middle pipeline stage reads
+  // nothing, the last stage only labels).
+  void read(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
+  void read_range(int64_t begin, int64_t end, at::Tensor* inputs, at::Tensor* labels);
 
  private:
   std::string path_, split_;

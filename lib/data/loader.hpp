@@ -46,9 +46,10 @@ class Prefetcher {
   double wait_seconds_ = 0;
 };
 
-// The training micro-batches of one dp rank for global steps [first_step, end_step).
+// The training micro-batches of one dp rank for global steps [first_step, end_step): inputs
+// and/or labels, as the rank's pipeline stage needs them.
 std::unique_ptr<Prefetcher> make_train_loader(std::shared_ptr<SplitReader> reader, GlobalSampler sampler,
                                               int64_t first_step, int64_t end_step, int64_t micro_batch,
-                                              int dp_rank, int dp, int depth);
+                                              int dp_rank, int dp, int depth, bool inputs, bool labels);
 
 }  // namespace trident::data

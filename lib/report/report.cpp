@@ -66,7 +66,19 @@ void write_report_json(const std::string& path, const Summary& s) {
                  {"forward", s.time.forward},     {"backward", s.time.backward},
                  {"comm_exposed", s.time.comm_exposed}, {"optimizer", s.time.optimizer},
                  {"checkpoint", s.time.checkpoint}, {"evaluation", s.time.evaluation}};
-  r["pipeline"] = {{"bubble_fraction", nullptr}, {"expected_bubble_fraction", nullptr}};
+  json stages = json::array();
+  for (const auto& st : s.stages)
+    stages.push_back({{"stage", st.stage},
+                      {"parameters", st.parameters},
+                      {"compute_s", st.compute_s},
+                      {"blocked_s", st.blocked_s},
+                      {"bubble_fraction", st.bubble_fraction},
+                      {"peak_alive_micro_batches", st.peak_alive_micro_batches},
+                      {"activation_bytes_per_micro_batch", st.activation_bytes_per_micro_batch},
+                      {"peak_activation_bytes", st.activation_bytes_per_micro_batch * st.peak_alive_micro_batches}});
+  r["pipeline"] = {{"bubble_fraction", s.bubble_fraction},
+                   {"expected_bubble_fraction", s.expected_bubble_fraction},
+                   {"stages", stages}};
   r["memory"] = {{"model_state_bytes",
                   {{"params", s.memory.params},
                    {"grads", s.memory.grads},

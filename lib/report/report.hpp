@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "config/deck.hpp"
 
@@ -26,6 +27,12 @@ struct ModelState {
   int64_t expected = 0;                                      // the ZeRO paper's formula
 };
 
+struct StageReport {
+  int stage = 0, peak_alive_micro_batches = 0;
+  double compute_s = 0, blocked_s = 0, bubble_fraction = 0;
+  int64_t activation_bytes_per_micro_batch = 0, parameters = 0;
+};
+
 struct Summary {
   config::Deck deck;
   Layout layout;
@@ -35,6 +42,8 @@ struct Summary {
   PhaseTimes time;     // max over ranks
   ModelState memory;   // max over ranks
   int64_t peak_bytes = 0;  // max over ranks of the peak resident set
+  double bubble_fraction = 0, expected_bubble_fraction = 0;  // pipeline, mean over stages
+  std::vector<StageReport> stages;                            // one per pipeline stage (its dp rank 0)
 };
 
 void write_report_json(const std::string& path, const Summary& summary);

@@ -19,6 +19,9 @@
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/pipeline.hpp"
+#include "parallel/schedule.hpp"
+#include "parallel/stage_partition.hpp"
 #include "parallel/topology.hpp"
 #include "report/report.hpp"
 
@@ -30,7 +33,8 @@ struct Trainer::State {
   config::Deck deck;
   comm::World world;
   std::unique_ptr<parallel::Topology> topology;
-  std::unique_ptr<comm::MpiCommunicator> dp_comm;
+  std::unique_ptr<comm::MpiCommunicator> dp_comm, pp_comm;
+  std::unique_ptr<parallel::Pipeline> pipeline;
   std::shared_ptr<data::SplitReader> train_split, test_split;
   std::unique_ptr<data::GlobalSampler> sampler;
   model::LayerStack model{nullptr};
@@ -39,6 +43,7 @@ struct Trainer::State {
   std::unique_ptr<optim::Optimizer> optimizer;
   optim::LrSchedule schedule;
   int threads = 1;
+  std::pair<int, int> stage_layers{0, 0};  // [first, end) of the model's layers on this stage
   int64_t accumulation = 1, total_steps = 0, epochs = 0;
   report::PhaseTimes times;
 };
@@ -86,11 +91,46 @@ void prepare_output_dir(Trainer::State& s) {
   comm::agree_or_throw(s.world.comm, error);
 }
 
+// Every rank builds the same model from the seed; the broadcast inside each stage's dp group
+// makes sure the replicas start identical whatever the library does with the seed.
 void broadcast_model(Trainer::State& s) {
   torch::NoGradGuard no_grad;
-  comm::MpiCommunicator world(s.world.comm);
-  for (auto& p : s.model->parameters()) world.broadcast(p, 0);
-  for (auto& b : s.model->buffers()) world.broadcast(b, 0);
+  for (auto& p : s.model->parameters()) s.dp_comm->broadcast(p, 0);
+  for (auto& b : s.model->buffers()) s.dp_comm->broadcast(b, 0);
+}
+
+// Builds the whole model, cuts its layer list into stages and keeps this rank's stage.
+// One sample's shape after every layer (a dry forward) gives the shapes the stages exchange.
+void build_stage(Trainer::State& s) {
+  const auto& deck = s.deck;
+  const model::InputSpec input{s.train_split->sample_shape(), s.train_split->classes()};
+  torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
+  auto whole = model::build(deck, input);
+  std::vector<std::vector<int64_t>> shapes{input.sample_shape};  // shapes[l]: input of layer l
+  std::vector<int64_t> layer_params;
+  {
+    torch::NoGradGuard no_grad;
+    whole->eval();
+    std::vector<int64_t> two_samples{2};
+    two_samples.insert(two_samples.end(), input.sample_shape.begin(), input.sample_shape.end());
+    auto x = torch::zeros(two_samples);
+    for (auto layer : whole->layers()) {
+      x = layer.module->forward(x);
+      shapes.push_back(x.sizes().slice(1).vec());
+      int64_t n = 0;
+      for (const auto& p : layer.module->parameters()) n += p.numel();
+      layer_params.push_back(n);
+    }
+    whole->train();
+  }
+  const int pp = s.topology->pp(), stage = s.topology->stage();
+  const auto first = parallel::cut_layers(layer_params, pp, parallel::parse_boundaries(deck.parallel.boundaries));
+  const int begin = first[static_cast<size_t>(stage)];
+  const int end = stage + 1 < pp ? first[static_cast<size_t>(stage) + 1] : static_cast<int>(layer_params.size());
+  s.stage_layers = {begin, end};
+  s.model = model::LayerStack(std::vector<model::Layer>(whole->layers().begin() + begin, whole->layers().begin() + end));
+  s.pipeline = std::make_unique<parallel::Pipeline>(*s.pp_comm, stage, pp, s.model, shapes[static_cast<size_t>(begin)],
+                                                    shapes[static_cast<size_t>(end)], deck.parallel.schedule);
 }
 
 // Batch-norm running statistics drift apart across dp ranks (each sees its own micro-batches);
@@ -112,29 +152,38 @@ Evaluation evaluate(Trainer::State& s) {
   average_buffers(s);
   torch::NoGradGuard no_grad;
   s.model->eval();
+  // Each replica evaluates its share of the test split, in chunks every stage agrees on.
   const auto share = data::even_share(s.test_split->size(), s.topology->dp_rank(), s.topology->dp());
   double loss_sum = 0, correct = 0;
   const int64_t chunk = 1000;
+  auto& pipe = *s.pipeline;
   for (int64_t begin = share.begin; begin < share.end; begin += chunk) {
-    at::Tensor inputs, labels;
-    s.test_split->read_range(begin, std::min(share.end, begin + chunk), inputs, labels);
-    const auto logits = s.model->forward(inputs);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
-    correct += logits.argmax(1).eq(labels).sum().item<double>();
+    const int64_t end = std::min(share.end, begin + chunk);
+    const auto [loss, right] = pipe.evaluate(end - begin, [&] {
+      data::MicroBatch b;
+      s.test_split->read_range(begin, end, pipe.first() ? &b.inputs : nullptr, pipe.last() ? &b.labels : nullptr);
+      return b;
+    });
+    loss_sum += loss;
+    correct += right;
   }
   s.model->train();
+  // Only last stages hold results: the sum over the world is the sum over replicas.
   auto totals = torch::tensor({loss_sum, correct}, torch::kDouble);
-  s.dp_comm->all_reduce_sum(totals);
+  comm::MpiCommunicator(s.world.comm).all_reduce_sum(totals);
   const double n = static_cast<double>(s.test_split->size());
   return {totals[0].item<double>() / n, totals[1].item<double>() / n};
 }
 
-double mean_over_dp(Trainer::State& s, double local) {
-  auto t = torch::tensor({local}, torch::kDouble);
-  s.dp_comm->all_reduce_sum(t);
-  return t.item<double>() / s.dp_comm->size();
+double sum_over(MPI_Comm comm, double local) {
+  double out = local;
+  MPI_CHECK(MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_SUM, comm));
+  return out;
+}
+
+// The mean over replicas of a value only the last stage has (0 on other stages).
+double replica_mean(Trainer::State& s, double last_stage_value) {
+  return sum_over(s.world.comm, s.pipeline->last() ? last_stage_value : 0.0) / s.topology->dp();
 }
 
 std::string eta_text(double seconds) {
@@ -161,6 +210,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm) : s_(std::make_unique<
   const auto dp = static_cast<int>(config::resolved_dp(deck, s.world.size));
   s.topology = std::make_unique<parallel::Topology>(comm, dp, static_cast<int>(deck.parallel.pp));
   s.dp_comm = std::make_unique<comm::MpiCommunicator>(s.topology->dp_comm());
+  s.pp_comm = std::make_unique<comm::MpiCommunicator>(s.topology->pp_comm());
   s.accumulation = deck.optim.global_batch / (deck.optim.micro_batch * dp);
 
   open_dataset(s);
@@ -170,8 +220,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm) : s_(std::make_unique<
   s.total_steps = deck.run.max_steps > 0 ? deck.run.max_steps : deck.run.epochs * per_epoch;
   s.epochs = (s.total_steps + per_epoch - 1) / per_epoch;
 
-  torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
-  s.model = model::build(deck, {s.train_split->sample_shape(), s.train_split->classes()});
+  build_stage(s);
   broadcast_model(s);
   s.flat = std::make_unique<optim::FlatParams>(*s.model);
   s.grad_sync = parallel::make_grad_sync(deck, *s.flat, s.model, *s.dp_comm);
@@ -183,10 +232,11 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm) : s_(std::make_unique<
 
 Trainer::~Trainer() = default;
 
-std::vector<at::Tensor> Trainer::full_parameters() {
+std::vector<std::pair<std::string, at::Tensor>> Trainer::full_parameters() {
   const at::Tensor full = s_->grad_sync->full_params();
-  std::vector<at::Tensor> out;
-  for (const auto& slot : s_->flat->slots) out.push_back(full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& slot : s_->flat->slots)
+    out.emplace_back(slot.name, full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
   return out;
 }
 
@@ -203,8 +253,9 @@ Result Trainer::run() {
             "gradients {} | {} thread(s)/rank | global batch {} = micro {} x dp {} x accumulation {}",
             s.world.size, s.world.node_count, nodes, topo.dp(), topo.pp(), deck.parallel.zero, s.dp_comm->backend(),
             s.grad_sync->name(), s.threads, deck.optim.global_batch, deck.optim.micro_batch, topo.dp(), s.accumulation);
-  log::info("model {}: {} parameters | data {}: {} train / {} test samples, {} steps/epoch, {} steps",
-            deck.model.kind, s.flat->numel(), deck.data.path, s.train_split->size(), s.test_split->size(),
+  log::info("model {}: stage {} runs layers [{}, {}) with {} parameters | data {}: {} train / {} test samples, "
+            "{} steps/epoch, {} steps",
+            deck.model.kind, topo.stage(), s.stage_layers.first, s.stage_layers.second, s.flat->numel(), deck.data.path, s.train_split->size(), s.test_split->size(),
             s.sampler->steps_per_epoch(), s.total_steps);
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
 
@@ -222,27 +273,19 @@ Result Trainer::run() {
 
   for (int64_t epoch = 0; epoch < s.epochs; ++epoch) {
     const int64_t first = epoch * per_epoch, end = std::min(s.total_steps, first + per_epoch);
-    auto loader = data::make_train_loader(s.train_split, *s.sampler, first, end, deck.optim.micro_batch,
-                                          topo.dp_rank(), topo.dp(), static_cast<int>(deck.data.prefetch));
+    auto& pipe = *s.pipeline;
+    // Only the first stage reads inputs and only the last reads labels; middle stages read nothing.
+    std::unique_ptr<data::Prefetcher> loader;
+    if (pipe.first() || pipe.last())
+      loader = data::make_train_loader(s.train_split, *s.sampler, first, end, deck.optim.micro_batch, topo.dp_rank(),
+                                       topo.dp(), static_cast<int>(deck.data.prefetch), pipe.first(), pipe.last());
     Stopwatch epoch_watch;
     epoch_loss_sum = 0;
     epoch_steps = 0;
     for (int64_t step = first; step < end; ++step) {
-      double step_loss = 0;
-      for (int64_t micro = 0; micro < s.accumulation; ++micro) {
-        const auto batch = loader->next();
-        torch::Tensor loss;
-        {
-          ScopedTimer t(s.times.forward);
-          loss = torch::nn::functional::cross_entropy(s.model->forward(batch.inputs), batch.labels);
-        }
-        {
-          ScopedTimer t(s.times.backward);
-          s.grad_sync->before_backward(micro == s.accumulation - 1);
-          (loss * loss_scale).backward();
-        }
-        step_loss += loss.item<double>();
-      }
+      double step_loss = pipe.run_step(static_cast<int>(s.accumulation), deck.optim.micro_batch,
+                                       [&] { return loader->next(); }, *s.grad_sync, loss_scale, s.times.forward,
+                                       s.times.backward);
       s.grad_sync->finish();
       double grad_norm = 0;
       const double lr = s.schedule.at(step);
@@ -250,9 +293,10 @@ Result Trainer::run() {
         ScopedTimer t(s.times.optimizer);
         torch::NoGradGuard no_grad;
         at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
-        // Under ZeRO each rank holds part of the gradient: the squares are summed over the dp group.
+        // The global norm: summed over the ZeRO partitions of the dp group and over the stages.
         double squares = grads.pow(2).sum().item<double>();
-        if (s.grad_sync->sharded()) squares = mean_over_dp(s, squares) * topo.dp();
+        if (s.grad_sync->sharded()) squares = sum_over(topo.dp_comm(), squares);
+        if (topo.pp() > 1) squares = sum_over(topo.pp_comm(), squares);
         grad_norm = optim::clip_by_global_norm(grads, squares, deck.optim.clip_grad_norm);
         s.optimizer->step(params, grads, lr);
         s.grad_sync->after_step();
@@ -263,7 +307,7 @@ Result Trainer::run() {
       ++window_steps;
 
       if ((step + 1) % deck.run.log_every == 0 || step + 1 == s.total_steps) {
-        const double loss = mean_over_dp(s, step_loss);
+        const double loss = replica_mean(s, step_loss);
         const double rate = static_cast<double>(window_steps * deck.optim.global_batch) / window.seconds();
         const double eta = static_cast<double>(s.total_steps - step - 1) * window.seconds() / window_steps;
         log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
@@ -275,21 +319,21 @@ Result Trainer::run() {
         window_steps = 0;
       }
     }
-    s.times.data_wait += loader->wait_seconds();
+    if (loader) s.times.data_wait += loader->wait_seconds();
     train_seconds += epoch_watch.seconds();
     {
       ScopedTimer t(s.times.evaluation);
       last_eval = evaluate(s);
     }
     log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.epochs,
-              mean_over_dp(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps)), last_eval.loss,
+              replica_mean(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps)), last_eval.loss,
               100.0 * last_eval.accuracy);
     window.reset();
     window_steps = 0;
   }
 
   result.steps = s.total_steps;
-  result.train_loss = mean_over_dp(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
+  result.train_loss = replica_mean(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
   result.test_loss = last_eval.loss;
   result.test_accuracy = last_eval.accuracy;
   train_seconds = max_over_ranks(s.world.comm, train_seconds);
@@ -303,7 +347,7 @@ Result Trainer::run() {
                     s.dp_comm->backend(), "cpu", deck.parallel.schedule, s.accumulation, s.threads};
   summary.steps = s.total_steps;
   summary.epochs = s.epochs;
-  summary.parameters = s.flat->numel();
+  summary.parameters = static_cast<int64_t>(sum_over(s.world.comm, static_cast<double>(s.flat->numel())) / topo.dp());
   summary.train_loss = result.train_loss;
   summary.test_loss = result.test_loss;
   summary.test_accuracy = result.test_accuracy;
@@ -318,8 +362,27 @@ Result Trainer::run() {
   auto max_bytes = [&](int64_t v) { return static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(v))); };
   summary.memory = {max_bytes(state.params), max_bytes(state.grads), max_bytes(s.optimizer->state_bytes()),
                     max_bytes(state.master),
-                    parallel::expected_state_bytes(static_cast<int>(deck.parallel.zero), s.flat->numel(), topo.dp(),
-                                                   optimizer_k)};
+                    max_bytes(parallel::expected_state_bytes(static_cast<int>(deck.parallel.zero), s.flat->numel(),
+                                                             topo.dp(), optimizer_k))};
+  // Per stage (from its dp rank 0): compute, time blocked on neighbours, bubble, activations.
+  const auto& st = s.pipeline->stats();
+  const double mine[] = {static_cast<double>(topo.stage()), static_cast<double>(topo.dp_rank()), st.compute_s,
+                         st.blocked_s, st.bubble_fraction(), static_cast<double>(st.peak_alive),
+                         static_cast<double>(st.activation_bytes), static_cast<double>(s.flat->numel())};
+  constexpr int kFields = sizeof(mine) / sizeof(double);
+  std::vector<double> all(static_cast<size_t>(kFields * s.world.size));
+  MPI_CHECK(MPI_Gather(mine, kFields, MPI_DOUBLE, all.data(), kFields, MPI_DOUBLE, 0, s.world.comm));
+  double bubble_sum = 0;
+  for (int r = 0; r < s.world.size; ++r) {
+    const double* f = &all[static_cast<size_t>(r * kFields)];
+    bubble_sum += f[4];
+    if (f[1] != 0) continue;
+    summary.stages.push_back({static_cast<int>(f[0]), static_cast<int>(f[5]), f[2], f[3], f[4],
+                              static_cast<int64_t>(f[6]), static_cast<int64_t>(f[7])});
+  }
+  summary.bubble_fraction = bubble_sum / s.world.size;
+  summary.expected_bubble_fraction =
+      topo.pp() > 1 ? parallel::expected_bubble_fraction(topo.pp(), static_cast<int>(s.accumulation)) : 0.0;
   summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(report::peak_rss_bytes())));
   if (s.world.rank == 0) report::write_report_json(deck.run.output_dir + "/report.json", summary);
   log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",

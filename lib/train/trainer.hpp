@@ -29,8 +29,8 @@ class Trainer {
   Trainer(const config::Deck& deck, MPI_Comm comm);
   ~Trainer();
   Result run();
-  // Every trained parameter, whole, in model order (collective: ZeRO-3 gathers them).
-  std::vector<at::Tensor> full_parameters();
+  // This rank's stage's parameters, whole, by name, in model order (collective: ZeRO-3 gathers).
+  std::vector<std::pair<std::string, at::Tensor>> full_parameters();
 
   struct State;  // the run's objects, defined in trainer.cpp
 

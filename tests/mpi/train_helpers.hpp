@@ -42,7 +42,7 @@ inline config::Deck tiny_deck(const std::string& kind, const std::string& name) 
 }
 
 struct Trained {
-  std::vector<torch::Tensor> params;  // per parameter, model order
+  std::vector<std::pair<std::string, torch::Tensor>> params;  // this rank's stage, model order
   train::Result result;
   std::string output_dir;
 };
@@ -62,12 +62,18 @@ inline Trained train_on(config::Deck deck, MPI_Comm comm, const std::string& tag
   return out;
 }
 
-// max over parameters of max|a - b| / max|b|.
+// max over the parameters of `a` of max|a - b| / max|b|, matched by name (b may hold more:
+// the whole model against one pipeline stage).
 inline double max_relative_difference(const Trained& a, const Trained& b) {
   double worst = 0;
-  for (size_t i = 0; i < a.params.size(); ++i) {
-    const double scale = std::max(b.params[i].abs().max().item<double>(), 1e-12);
-    worst = std::max(worst, (a.params[i] - b.params[i]).abs().max().item<double>() / scale);
+  for (const auto& [name, value] : a.params) {
+    const auto it = std::find_if(b.params.begin(), b.params.end(), [&](const auto& p) { return p.first == name; });
+    if (it == b.params.end()) {
+      ADD_FAILURE() << "parameter " << name << " missing from the reference";
+      return 1.0;
+    }
+    const double scale = std::max(it->second.abs().max().item<double>(), 1e-12);
+    worst = std::max(worst, (value - it->second).abs().max().item<double>() / scale);
   }
   return worst;
 }

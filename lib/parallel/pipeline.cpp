@@ -1,0 +1,120 @@
+#include "parallel/pipeline.hpp"
+
+#include <torch/torch.h>
+
+#include "core/timer.hpp"
+#include "parallel/schedule.hpp"
+
+namespace trident::parallel {
+
+namespace {
+// Tags keep activations and gradients of different micro-batches apart on the pp communicator.
+int activation_tag(int micro) { return 2 * micro; }
+int gradient_tag(int micro) { return 2 * micro + 1; }
+
+std::vector<int64_t> with_batch(int64_t n, const std::vector<int64_t>& sample_shape) {
+  std::vector<int64_t> shape{n};
+  shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+  return shape;
+}
+}  // namespace
+
+Pipeline::Pipeline(comm::Communicator& pp_comm, int stage, int pp, model::LayerStack stage_model,
+                   std::vector<int64_t> input_shape, std::vector<int64_t> output_shape, std::string schedule)
+    : comm_(pp_comm), stage_(stage), pp_(pp), model_(std::move(stage_model)), input_shape_(std::move(input_shape)),
+      output_shape_(std::move(output_shape)), schedule_(std::move(schedule)) {}
+
+at::Tensor Pipeline::receive(const std::vector<int64_t>& sample_shape, int64_t n, int peer, int tag) {
+  at::Tensor t = at::empty(with_batch(n, sample_shape), at::kFloat);
+  ScopedTimer blocked(stats_.blocked_s);
+  comm_.recv(t, peer, tag);
+  return t;
+}
+
+double Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
+                          GradSync& sync, double loss_scale, double& forward_s, double& backward_s) {
+  Stopwatch step;
+  const double compute_before = forward_s + backward_s;
+  const auto m = static_cast<size_t>(micro_batches);
+  std::vector<at::Tensor> inputs(m), outputs(m), labels(m), losses(m), output_grads(m);
+  std::vector<std::unique_ptr<comm::Work>> sends;
+  std::vector<at::Tensor> in_flight;  // what the sends read from, alive until they complete
+  double loss_sum = 0;
+  int alive = 0;
+  for (const auto& op : make_schedule(schedule_, pp_, micro_batches, stage_)) {
+    const auto i = static_cast<size_t>(op.micro);
+    switch (op.kind) {
+      case OpKind::RecvActivation:
+        inputs[i] = receive(input_shape_, micro_batch, stage_ - 1, activation_tag(op.micro)).requires_grad_(true);
+        break;
+      case OpKind::Forward: {
+        if (first() || last()) {
+          auto batch = next_batch();
+          if (first()) inputs[i] = batch.inputs;
+          if (last()) labels[i] = batch.labels;
+        }
+        ScopedTimer t(forward_s);
+        outputs[i] = model_->forward(inputs[i]);
+        if (last()) {
+          losses[i] = torch::nn::functional::cross_entropy(outputs[i], labels[i]);
+          loss_sum += losses[i].item<double>();
+        }
+        stats_.peak_alive = std::max(stats_.peak_alive, ++alive);
+        break;
+      }
+      case OpKind::SendActivation:
+        in_flight.push_back(outputs[i].detach());
+        sends.push_back(comm_.send_async(in_flight.back(), stage_ + 1, activation_tag(op.micro)));
+        break;
+      case OpKind::RecvGradient:
+        output_grads[i] = receive(output_shape_, micro_batch, stage_ + 1, gradient_tag(op.micro));
+        break;
+      case OpKind::Backward: {
+        ScopedTimer t(backward_s);
+        sync.before_backward(op.micro == micro_batches - 1);  // both schedules end on the last micro-batch
+        if (last()) (losses[i] * loss_scale).backward();
+        else outputs[i].backward(output_grads[i]);
+        outputs[i] = losses[i] = output_grads[i] = labels[i] = at::Tensor();
+        --alive;
+        break;
+      }
+      case OpKind::SendGradient:
+        in_flight.push_back(inputs[i].grad());
+        sends.push_back(comm_.send_async(in_flight.back(), stage_ - 1, gradient_tag(op.micro)));
+        inputs[i] = at::Tensor();
+        break;
+    }
+  }
+  {
+    ScopedTimer blocked(stats_.blocked_s);
+    for (auto& s : sends) s->wait();
+  }
+  stats_.compute_s += forward_s + backward_s - compute_before;
+  stats_.step_s += step.seconds();
+  int64_t bytes = 4;
+  for (auto d : output_shape_) bytes *= d;
+  stats_.activation_bytes = bytes * micro_batch;
+  return loss_sum;
+}
+
+std::pair<double, double> Pipeline::evaluate(int64_t n, const std::function<data::MicroBatch()>& read) {
+  torch::NoGradGuard no_grad;
+  at::Tensor x, labels;
+  if (first() || last()) {
+    auto batch = read();
+    x = batch.inputs;
+    labels = batch.labels;
+  }
+  if (!first()) x = receive(input_shape_, n, stage_ - 1, activation_tag(0));
+  at::Tensor y = model_->forward(x);
+  if (!last()) {
+    comm_.send(y.contiguous(), stage_ + 1, activation_tag(0));
+    return {0.0, 0.0};
+  }
+  const double loss = torch::nn::functional::cross_entropy(
+                          y, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                          .item<double>();
+  return {loss, y.argmax(1).eq(labels).sum().item<double>()};
+}
+
+}  // namespace trident::parallel

@@ -1,0 +1,57 @@
+#pragma once
+// The pipeline executor: runs a schedule's op list (parallel/schedule.hpp) for this rank's
+// stage. Activations and their gradients go to the neighbouring stages with non-blocking sends
+// and blocking receives of known shapes; only the first stage reads inputs and only the last
+// reads labels and computes the loss. With pp = 1 it is plain forward/backward per micro-batch.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "data/loader.hpp"
+#include "model/model.hpp"
+#include "parallel/grad_sync.hpp"
+
+namespace trident::parallel {
+
+struct StageStats {
+  double compute_s = 0, blocked_s = 0, step_s = 0;  // summed over steps
+  int peak_alive = 0;              // most micro-batches between their forward and backward
+  int64_t activation_bytes = 0;    // one micro-batch's stage output (the activation kept per micro-batch)
+  double bubble_fraction() const { return step_s > 0 ? 1.0 - compute_s / step_s : 0.0; }
+};
+
+class Pipeline {
+ public:
+  // `input_shape` / `output_shape`: one sample's shape entering / leaving this stage.
+  Pipeline(comm::Communicator& pp_comm, int stage, int pp, model::LayerStack stage_model,
+           std::vector<int64_t> input_shape, std::vector<int64_t> output_shape, std::string schedule);
+
+  bool first() const { return stage_ == 0; }
+  bool last() const { return stage_ == pp_ - 1; }
+  model::LayerStack& model() { return model_; }
+
+  // One optimizer step: `micro_batches` micro-batches of `micro_batch` samples. `next_batch`
+  // gives the first stage its inputs and the last its labels, in micro-batch order. Returns the
+  // sum of the micro-batches' mean losses on the last stage (0 elsewhere).
+  double run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
+                  GradSync& sync, double loss_scale, double& forward_s, double& backward_s);
+
+  // Forward only, `n` samples (same n on every stage of the replica): returns (loss sum,
+  // correct predictions) on the last stage, (0, 0) elsewhere.
+  std::pair<double, double> evaluate(int64_t n, const std::function<data::MicroBatch()>& read);
+
+  const StageStats& stats() const { return stats_; }
+
+ private:
+  at::Tensor receive(const std::vector<int64_t>& sample_shape, int64_t n, int peer, int tag);
+  comm::Communicator& comm_;
+  int stage_, pp_;
+  model::LayerStack model_;
+  std::vector<int64_t> input_shape_, output_shape_;
+  std::string schedule_;
+  StageStats stats_;
+};
+
+}  // namespace trident::parallel

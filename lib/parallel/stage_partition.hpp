@@ -1,0 +1,16 @@
+#pragma once
+// Which layers each pipeline stage runs: contiguous runs of the model's layer list.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident::parallel {
+
+// First layer of each stage (size pp, starting with 0). `boundaries` (first layers of stages
+// 1..pp-1) when given; otherwise the cut that minimises the largest stage's parameter count.
+// Throws BadInput naming parallel.pp / parallel.boundaries when no valid cut exists.
+std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int>& boundaries);
+
+std::vector<int> parse_boundaries(const std::string& text);  // "2,5" -> {2, 5}; "" -> {}
+
+}  // namespace trident::parallel
