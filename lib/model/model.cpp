@@ -28,4 +28,31 @@ LayerStack build(const config::Deck& deck, const InputSpec& input) {
   return LayerStack(it->second(deck, input));
 }
 
+std::vector<std::vector<int64_t>> layer_shapes(LayerStack& model, const std::vector<int64_t>& sample_shape) {
+  torch::NoGradGuard no_grad;
+  const bool training = model->is_training();
+  model->eval();
+  std::vector<int64_t> two_samples{2};
+  two_samples.insert(two_samples.end(), sample_shape.begin(), sample_shape.end());
+  auto x = torch::zeros(two_samples);
+  std::vector<std::vector<int64_t>> shapes{sample_shape};
+  for (size_t l = 0; l < model->layers().size(); ++l) {
+    auto layer = model->layers()[l].module;  // a copy of the handle: forward is not const
+    x = layer->forward(x);
+    shapes.push_back(x.sizes().slice(1).vec());
+  }
+  model->train(training);
+  return shapes;
+}
+
+std::vector<int64_t> layer_parameter_counts(LayerStack& model) {
+  std::vector<int64_t> counts;
+  for (const auto& layer : model->layers()) {
+    int64_t n = 0;
+    for (const auto& p : layer.module->parameters()) n += p.numel();
+    counts.push_back(n);
+  }
+  return counts;
+}
+
 }  // namespace trident::model

@@ -53,6 +53,11 @@ const std::map<std::string, Builder>& registry();
 // The model named by model.kind, initialised from torch's generator (seed it first).
 LayerStack build(const config::Deck& deck, const InputSpec& input);
 
+// One sample's shape entering each layer and leaving the last: shapes[l] is layer l's input,
+// shapes[layers] the model's output (a forward of two zero samples, evaluation mode, no grad).
+std::vector<std::vector<int64_t>> layer_shapes(LayerStack& model, const std::vector<int64_t>& sample_shape);
+std::vector<int64_t> layer_parameter_counts(LayerStack& model);
+
 std::vector<Layer> build_mlp(const config::Deck& deck, const InputSpec& input);
 std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input);
 

@@ -8,6 +8,8 @@
 #include "data/dataset.hpp"
 #include "model/model.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/schedule.hpp"
+#include "parallel/stage_partition.hpp"
 
 namespace trident::train {
 
@@ -40,33 +42,52 @@ std::string plan_text(const config::Deck& deck, int world) {
   auto model = model::build(deck, input);
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
+  const int64_t all_params = params;
 
   const auto dp = static_cast<int>(config::resolved_dp(deck, world));
   const auto zero = static_cast<int>(deck.parallel.zero);
   const int64_t k = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
-  const int64_t part = (params + dp - 1) / dp;
-  const int64_t grads = zero >= 2 ? 4 * part : 4 * params;
-  const int64_t weights = zero >= 3 ? 4 * part : 4 * params;
-  const int64_t optimizer = zero >= 1 ? k * part : k * params;
 
   std::string out;
   out += fmt::format("layout: world {} = dp {} x pp {} | zero {} | rank r -> stage r / {}, dp rank r % {}\n", world, dp,
                      deck.parallel.pp, zero, dp, dp);
   out += fmt::format("batch: global {} = micro {} x dp {} x accumulation {}\n", deck.optim.global_batch,
                      deck.optim.micro_batch, dp, deck.optim.global_batch / (deck.optim.micro_batch * dp));
-  out += fmt::format("model {}: {} parameters in {} layers (input {})\n", deck.model.kind, params,
+  out += fmt::format("model {}: {} parameters in {} layers (input {})\n", deck.model.kind, all_params,
                      model->layers().size(), source);
-  for (const auto& layer : model->layers()) {
+  const auto layer_params = model::layer_parameter_counts(model);
+  const auto shapes = model::layer_shapes(model, input.sample_shape);
+  const int pp = static_cast<int>(deck.parallel.pp);
+  const auto first = parallel::cut_layers(layer_params, pp, parallel::parse_boundaries(deck.parallel.boundaries));
+  int64_t largest_stage = 0;
+  for (int s = 0; s < pp; ++s) {
+    const int end = s + 1 < pp ? first[static_cast<size_t>(s) + 1] : static_cast<int>(layer_params.size());
     int64_t n = 0;
-    for (const auto& p : layer.module->parameters()) n += p.numel();
-    out += fmt::format("  {:<10} {:>12} parameters\n", layer.name, n);
+    std::string names;
+    for (int l = first[static_cast<size_t>(s)]; l < end; ++l) {
+      n += layer_params[static_cast<size_t>(l)];
+      names += (names.empty() ? "" : ", ") + model->layers()[static_cast<size_t>(l)].name;
+    }
+    largest_stage = std::max(largest_stage, n);
+    // What a stage keeps per micro-batch between its forward and backward: its output.
+    int64_t activation = 4 * deck.optim.micro_batch;
+    for (auto d : shapes[static_cast<size_t>(end)]) activation *= d;
+    out += fmt::format("  stage {}: {:>12} parameters, {} of activations per micro-batch  [{}]\n", s, n, gib(activation),
+                       names);
   }
-  out += fmt::format("model state per rank (fp32, {}): params {} + grads {} + optimizer {} = {}\n", deck.optim.name,
+  params = largest_stage;  // model state is per stage: the largest stage decides
+  const int64_t part = (params + dp - 1) / dp;
+  const int64_t grads = zero >= 2 ? 4 * part : 4 * params;
+  const int64_t weights = zero >= 3 ? 4 * part : 4 * params;
+  const int64_t optimizer = zero >= 1 ? k * part : k * params;
+  out += fmt::format("model state per rank of the largest stage (fp32, {}): params {} + grads {} + optimizer {} = {}\n", deck.optim.name,
                      gib(weights), gib(grads), gib(optimizer), gib(weights + grads + optimizer));
   out += fmt::format("ZeRO paper's expectation for zero {}: {} per rank (zero 0 would be {})\n", zero,
                      gib(parallel::expected_state_bytes(zero, params, dp, k)),
                      gib(parallel::expected_state_bytes(0, params, dp, k)));
-  out += fmt::format("pipeline bubble: {} (pp = 1)\n", 0.0);
+  const int m = static_cast<int>(deck.optim.global_batch / (deck.optim.micro_batch * dp));
+  out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f} = (p - 1) / (m + p - 1)\n", m,
+                     deck.parallel.schedule, pp > 1 ? parallel::expected_bubble_fraction(pp, m) : 0.0);
   return out;
 }
 

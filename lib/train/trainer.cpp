@@ -99,30 +99,15 @@ void broadcast_model(Trainer::State& s) {
   for (auto& b : s.model->buffers()) s.dp_comm->broadcast(b, 0);
 }
 
-// Builds the whole model, cuts its layer list into stages and keeps this rank's stage.
-// One sample's shape after every layer (a dry forward) gives the shapes the stages exchange.
+// Builds the whole model, cuts its layer list into stages and keeps this rank's stage. One
+// sample's shape between layers gives the shapes the stages exchange.
 void build_stage(Trainer::State& s) {
   const auto& deck = s.deck;
   const model::InputSpec input{s.train_split->sample_shape(), s.train_split->classes()};
   torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
   auto whole = model::build(deck, input);
-  std::vector<std::vector<int64_t>> shapes{input.sample_shape};  // shapes[l]: input of layer l
-  std::vector<int64_t> layer_params;
-  {
-    torch::NoGradGuard no_grad;
-    whole->eval();
-    std::vector<int64_t> two_samples{2};
-    two_samples.insert(two_samples.end(), input.sample_shape.begin(), input.sample_shape.end());
-    auto x = torch::zeros(two_samples);
-    for (auto layer : whole->layers()) {
-      x = layer.module->forward(x);
-      shapes.push_back(x.sizes().slice(1).vec());
-      int64_t n = 0;
-      for (const auto& p : layer.module->parameters()) n += p.numel();
-      layer_params.push_back(n);
-    }
-    whole->train();
-  }
+  const auto shapes = model::layer_shapes(whole, input.sample_shape);  // shapes[l]: input of layer l
+  const auto layer_params = model::layer_parameter_counts(whole);
   const int pp = s.topology->pp(), stage = s.topology->stage();
   const auto first = parallel::cut_layers(layer_params, pp, parallel::parse_boundaries(deck.parallel.boundaries));
   const int begin = first[static_cast<size_t>(stage)];
