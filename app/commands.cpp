@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.hpp"
 #include "comm/world.hpp"
 #include "config/deck.hpp"
 #include "core/error.hpp"
@@ -36,6 +37,9 @@ int guarded(bool mpi, Body body) {
   } catch (const BadInput& e) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", e.what());
     return kExitBadInput;
+  } catch (const StoppedBySignal& e) {
+    if (rank == 0) std::fprintf(stderr, "trident: %s\n", e.what());
+    return kExitStoppedBySignal;
   } catch (const po::error& e) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s (see --help)\n", e.what());
     return kExitBadInput;
@@ -61,14 +65,15 @@ void print_usage() {
   std::printf(
       "trident %s: hybrid data x pipeline x ZeRO parallel training with LibTorch, MPI and HDF5\n\n"
       "usage:\n"
-      "  mpiexec -n N trident train DECK [--set section.key=value ...]   train from an input deck\n"
+      "  mpiexec -n N trident train DECK [--set section.key=value ...] [--resume auto|never|PATH]\n"
       "  trident train --help-deck                   every deck key, its default and meaning\n"
       "  trident prepare-data fashion-mnist --out FILE.h5 [--source DIR]\n"
       "  trident prepare-data synthetic --out FILE.h5 [--train N --test N --classes K --shape CxHxW ...]\n"
-      "  trident inspect FILE.h5                     list datasets, shapes, types and attributes\n"
+      "  trident inspect FILE.h5                     a dataset or a checkpoint (checksums verified)\n"
       "  trident plan DECK --world N [--set ...]     no training: layout and model-state memory per rank\n"
       "  trident --version | --help\n\n"
-      "exit codes: 0 success, 2 bad input (deck, dataset, layout; one message), 1 a fault (the job aborts)\n",
+      "exit codes: 0 success, 2 bad input (deck, dataset, layout, checkpoint; one message), 3 stopped by\n"
+      "SIGUSR1/SIGTERM after a checkpoint was committed (requeue me), 1 a fault (the job aborts)\n",
       TRIDENT_VERSION);
 }
 
@@ -76,7 +81,9 @@ int train_command(int argc, char** argv) {
   po::options_description options("trident train DECK");
   options.add_options()("help,h", "this help")("help-deck", "print every deck key with its default and meaning")(
       "deck", po::value<std::string>(), "input deck (INI)")(
-      "set", po::value<std::vector<std::string>>()->composing(), "override a deck key: --set optim.lr=3e-4");
+      "set", po::value<std::vector<std::string>>()->composing(), "override a deck key: --set optim.lr=3e-4")(
+      "resume", po::value<std::string>()->default_value("auto"),
+      "auto (the newest valid checkpoint in output_dir/checkpoints, if any) | never | PATH");
   po::positional_options_description positional;
   positional.add("deck", 1);
 
@@ -104,7 +111,7 @@ int train_command(int argc, char** argv) {
     int world_size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     config::validate_or_throw(deck, {world_size, false});
-    train::Trainer trainer(deck, MPI_COMM_WORLD);
+    train::Trainer trainer(deck, MPI_COMM_WORLD, vm["resume"].as<std::string>());
     trainer.run();
     return 0;
   });
@@ -160,7 +167,14 @@ int inspect_command(int argc, char** argv) {
       std::cout << options << "\n";
       return vm.count("help") ? 0 : static_cast<int>(kExitBadInput);
     }
-    std::cout << data::describe_hdf5(vm["file"].as<std::string>());
+    const std::string file = vm["file"].as<std::string>();
+    if (!checkpoint::is_checkpoint(file)) {
+      std::cout << data::describe_hdf5(file);
+      return 0;
+    }
+    std::cout << checkpoint::describe(file);
+    const std::string problem = checkpoint::verify(file);
+    if (!problem.empty()) throw BadInput(problem);
     return 0;
   });
 }

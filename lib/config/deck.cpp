@@ -303,10 +303,8 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
          fmt::format("{} is not divisible by optim.micro_batch({}) x dp({}) = {}", d.optim.global_batch,
                      d.optim.micro_batch, dp, d.optim.micro_batch * dp));
 
-  if (d.checkpoint.every_steps < 0) fail("checkpoint.every_steps", "must be >= 0");
-  else if (d.checkpoint.every_steps > 0) fail("checkpoint.every_steps", "checkpoints are not in this version; use 0");
-  if (d.checkpoint.every_minutes < 0) fail("checkpoint.every_minutes", "must be >= 0");
-  else if (d.checkpoint.every_minutes > 0) fail("checkpoint.every_minutes", "checkpoints are not in this version; use 0");
+  at_least("checkpoint.every_steps", static_cast<double>(d.checkpoint.every_steps), 0);
+  at_least("checkpoint.every_minutes", d.checkpoint.every_minutes, 0);
   at_least("checkpoint.keep_last", static_cast<double>(d.checkpoint.keep_last), 1);
   return errors;
 }

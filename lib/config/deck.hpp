@@ -57,8 +57,9 @@
   X(optim, precision, std::string, "fp32", "fp32 | bf16 | fp16 (only fp32 in this version)")
 
 #define TRIDENT_DECK_CHECKPOINT(X)                                                              \
-  X(checkpoint, every_steps, int64_t, 0, "save every N steps; 0 = off (not in this version)")   \
-  X(checkpoint, every_minutes, double, 0.0, "save every N minutes; 0 = off (not in this version)") \
+  X(checkpoint, every_steps, int64_t, 0,                                                        \
+    "save every N steps (and always at the end, and on SIGUSR1/SIGTERM); 0 = off")              \
+  X(checkpoint, every_minutes, double, 0.0, "save every N minutes (rank 0's clock); 0 = off")   \
   X(checkpoint, keep_last, int64_t, 2, "checkpoints kept; older ones are pruned")
 
 #define TRIDENT_DECK_FIELDS(X)                                                                  \

@@ -23,6 +23,13 @@ class Fault : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Training stopped by SIGUSR1/SIGTERM after a checkpoint was committed: exit code 3, so the job
+// script requeues.
+class StoppedBySignal : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 [[noreturn]] void fatal_all(const std::string& message);
 [[noreturn]] void fatal_one(const std::string& message);
 

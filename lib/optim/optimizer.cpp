@@ -15,11 +15,17 @@ class AdamW final : public Optimizer {
       : beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {}
   std::string name() const override { return "adamw"; }
 
+  void allocate_state(const at::Tensor& params) override {
+    if (m_.defined()) return;
+    m_ = at::zeros_like(params);
+    v_ = at::zeros_like(params);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> state() override { return {{"exp_avg", m_}, {"exp_avg_sq", v_}}; }
+  int64_t steps() const override { return t_; }
+  void set_steps(int64_t steps) override { t_ = steps; }
+
   void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
-    if (!m_.defined()) {
-      m_ = at::zeros_like(params);
-      v_ = at::zeros_like(params);
-    }
+    allocate_state(params);
     ++t_;
     if (weight_decay_ > 0) params.mul_(1.0 - lr * weight_decay_);
     m_.mul_(beta1_).add_(grads, 1.0 - beta1_);
@@ -45,11 +51,23 @@ class Sgd final : public Optimizer {
   Sgd(double momentum, double weight_decay) : momentum_(momentum), weight_decay_(weight_decay) {}
   std::string name() const override { return "sgd"; }
 
+  // A zero buffer gives the same first step as PyTorch's "buffer = g": 0 * momentum + g == g.
+  void allocate_state(const at::Tensor& params) override {
+    if (momentum_ > 0 && !buffer_.defined()) buffer_ = at::zeros_like(params);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> state() override {
+    if (momentum_ > 0) return {{"momentum_buffer", buffer_}};
+    return {};
+  }
+  int64_t steps() const override { return steps_; }
+  void set_steps(int64_t steps) override { steps_ = steps; }
+
   void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
+    allocate_state(params);
+    ++steps_;
     at::Tensor g = weight_decay_ > 0 ? grads.add(params, weight_decay_) : grads;
     if (momentum_ > 0) {
-      if (!buffer_.defined()) buffer_ = g.clone();
-      else buffer_.mul_(momentum_).add_(g);
+      buffer_.mul_(momentum_).add_(g);
       g = buffer_;
     }
     params.add_(g, -lr);
@@ -60,6 +78,7 @@ class Sgd final : public Optimizer {
 
  private:
   double momentum_, weight_decay_;
+  int64_t steps_ = 0;
   at::Tensor buffer_;
 };
 

@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "config/deck.hpp"
 
@@ -17,6 +19,13 @@ class Optimizer {
   // One update of `params` from `grads` (same shape) with learning rate `lr`.
   virtual void step(at::Tensor& params, const at::Tensor& grads, double lr) = 0;
   virtual int64_t state_bytes() const = 0;  // optimizer state held by this rank
+
+  // For checkpoints: the state buffers by name (each the size of the parameters it updates;
+  // allocate_state makes them before a first step, e.g. to load them) and the step count.
+  virtual void allocate_state(const at::Tensor& params) = 0;
+  virtual std::vector<std::pair<std::string, at::Tensor>> state() = 0;
+  virtual int64_t steps() const = 0;
+  virtual void set_steps(int64_t steps) = 0;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck);

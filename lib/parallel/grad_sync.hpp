@@ -40,6 +40,9 @@ class GradSync {
   virtual void after_step() = 0;
   // Every parameter, whole, in model order (collective for ZeRO-3; for tests and checkpoints).
   virtual at::Tensor full_params() = 0;
+  // ZeRO-3 keeps only optimizer_params() (this rank's partition); the others hold every
+  // parameter in full_params() (a view: writing it sets the parameters).
+  virtual bool params_partitioned() const { return false; }
   virtual StateBytes state_bytes() const = 0;
 
   double exposed_comm_seconds() const { return exposed_seconds_; }  // communication nobody overlapped

@@ -113,6 +113,7 @@ class Zero3 final : public GradSync, public model::LayerHooks {
   at::Tensor optimizer_params() override { return param_partition_; }
   at::Tensor optimizer_grads() override { return grad_partition_; }
   bool sharded() const override { return true; }
+  bool params_partitioned() const override { return true; }
   void after_step() override { grad_partition_.zero_(); }  // the next forward gathers the new values
 
   at::Tensor full_params() override {

@@ -57,7 +57,7 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["steps"] = s.steps;
   r["epochs"] = s.epochs;
   r["parameters"] = s.parameters;
-  r["resumed_from"] = nullptr;
+  r["resumed_from"] = s.resumed_from.empty() ? json(nullptr) : json(s.resumed_from);
   r["final"] = {{"train_loss", s.train_loss}, {"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}};
   r["throughput"] = {{"samples_per_s", s.samples_per_s}, {"step_time_s", s.step_time_s},
                      {"tokens_per_s", nullptr},          {"tflops", nullptr},
@@ -86,7 +86,11 @@ void write_report_json(const std::string& path, const Summary& s) {
                    {"master", s.memory.master}}},
                  {"expected_model_state_bytes", s.memory.expected},
                  {"peak_bytes", s.peak_bytes}};
-  r["checkpoint"] = {{"saves", 0}, {"write_gb_per_s", nullptr}, {"read_gb_per_s", nullptr}, {"blocked_s", 0}};
+  auto rate_or_null = [](double v) { return v > 0 ? json(v) : json(nullptr); };
+  r["checkpoint"] = {{"saves", s.checkpoint_saves},
+                     {"write_gb_per_s", rate_or_null(s.checkpoint_write_gb_per_s)},
+                     {"read_gb_per_s", rate_or_null(s.checkpoint_read_gb_per_s)},
+                     {"blocked_s", s.time.checkpoint}};
 
   const std::string tmp = path + ".tmp";
   {
@@ -98,7 +102,7 @@ void write_report_json(const std::string& path, const Summary& s) {
   std::filesystem::rename(tmp, path);
 }
 
-MetricsLog::MetricsLog(const std::string& path) : file_(std::fopen(path.c_str(), "w")) {
+MetricsLog::MetricsLog(const std::string& path, bool append) : file_(std::fopen(path.c_str(), append ? "a" : "w")) {
   if (!file_) fatal_one("cannot create " + path);
 }
 

@@ -44,6 +44,9 @@ struct Summary {
   int64_t peak_bytes = 0;  // max over ranks of the peak resident set
   double bubble_fraction = 0, expected_bubble_fraction = 0;  // pipeline, mean over stages
   std::vector<StageReport> stages;                            // one per pipeline stage (its dp rank 0)
+  std::string resumed_from;                                   // "" when the run started fresh
+  int64_t checkpoint_saves = 0;
+  double checkpoint_write_gb_per_s = 0, checkpoint_read_gb_per_s = 0;
 };
 
 void write_report_json(const std::string& path, const Summary& summary);
@@ -57,7 +60,7 @@ struct MetricsRecord {
 class MetricsLog {
  public:
   MetricsLog() = default;
-  explicit MetricsLog(const std::string& path);
+  MetricsLog(const std::string& path, bool append);  // append: a resumed run continues the file
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

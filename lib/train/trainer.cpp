@@ -6,7 +6,11 @@
 #include <fstream>
 #include <thread>
 
+#include <csignal>
+
+#include "checkpoint/checkpoint.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "parallel/partition.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -46,7 +50,19 @@ struct Trainer::State {
   std::pair<int, int> stage_layers{0, 0};  // [first, end) of the model's layers on this stage
   int64_t accumulation = 1, total_steps = 0, epochs = 0;
   report::PhaseTimes times;
+  // The whole model as checkpoints store it (every stage), and what was restored.
+  std::vector<checkpoint::TensorEntry> all_params, all_buffers;
+  int64_t start_step = 0;
+  std::string resumed_from;
+  int64_t saves = 0;
+  double bytes_written = 0, bytes_read = 0, read_seconds = 0;
 };
+
+namespace {
+// Set by SIGUSR1 / SIGTERM (SLURM's --signal=B:USR1@N, preemption); acted on at a step boundary.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int signal) { g_stop_signal = signal; }
+}  // namespace
 
 namespace {
 
@@ -113,6 +129,25 @@ void build_stage(Trainer::State& s) {
   const int begin = first[static_cast<size_t>(stage)];
   const int end = stage + 1 < pp ? first[static_cast<size_t>(stage) + 1] : static_cast<int>(layer_params.size());
   s.stage_layers = {begin, end};
+  // Checkpoint entries for every stage: each parameter's place in its stage's flat buffer.
+  std::vector<int> stage_of_layer(layer_params.size());
+  for (int st = 0; st < pp; ++st)
+    for (int l = first[static_cast<size_t>(st)]; l < (st + 1 < pp ? first[static_cast<size_t>(st) + 1] : static_cast<int>(layer_params.size())); ++l)
+      stage_of_layer[static_cast<size_t>(l)] = st;
+  auto stage_of = [&](const std::string& name) {
+    for (size_t l = 0; l < whole->layers().size(); ++l)
+      if (name.rfind(whole->layers()[l].name + ".", 0) == 0) return stage_of_layer[l];
+    return 0;
+  };
+  std::vector<int64_t> stage_offset(static_cast<size_t>(pp), 0);
+  for (const auto& p : whole->named_parameters()) {
+    const int st = stage_of(p.key());
+    s.all_params.push_back({p.key(), p.value().sizes().vec(), st, stage_offset[static_cast<size_t>(st)], p.value().numel()});
+    stage_offset[static_cast<size_t>(st)] += p.value().numel();
+  }
+  for (const auto& b : whole->named_buffers())
+    if (b.value().is_floating_point())
+      s.all_buffers.push_back({b.key(), b.value().sizes().vec(), stage_of(b.key()), 0, b.value().numel()});
   s.model = model::LayerStack(std::vector<model::Layer>(whole->layers().begin() + begin, whole->layers().begin() + end));
   s.pipeline = std::make_unique<parallel::Pipeline>(*s.pp_comm, stage, pp, s.model, shapes[static_cast<size_t>(begin)],
                                                     shapes[static_cast<size_t>(end)], deck.parallel.schedule);
@@ -183,9 +218,99 @@ double max_over_ranks(MPI_Comm comm, double value) {
   return out;
 }
 
+// ---- checkpoints
+
+std::string checkpoint_dir(const Trainer::State& s) { return s.deck.run.output_dir + "/checkpoints"; }
+
+// This rank's part of the stage's flat buffers: the same partition ZeRO uses, so under
+// zero 0 the dp replicas split the writing and under ZeRO each writes what it owns.
+data::Range owned_range(const Trainer::State& s) {
+  return parallel::Partition(s.flat->numel(), s.topology->dp()).range(s.topology->dp_rank());
+}
+
+void save_checkpoint(Trainer::State& s, int64_t step) {
+  Stopwatch watch;
+  average_buffers(s);
+  const auto range = owned_range(s);
+  const int64_t n = range.end - range.begin;
+  checkpoint::Shard shard;
+  shard.stage = s.topology->stage();
+  shard.begin = range.begin;
+  shard.end = range.end;
+  shard.params = s.grad_sync->params_partitioned() ? s.grad_sync->optimizer_params()
+                                                  : s.grad_sync->full_params().narrow(0, range.begin, n);
+  for (auto& [name, state] : s.optimizer->state())
+    shard.states.emplace_back(name, s.grad_sync->sharded() ? state : state.narrow(0, range.begin, n));
+  if (s.topology->dp_rank() == 0)
+    for (const auto& b : s.model->named_buffers())
+      if (b.value().is_floating_point()) shard.buffers.emplace_back(b.key(), b.value());
+  std::vector<std::string> state_names;
+  for (auto& st : s.optimizer->state()) state_names.push_back(st.first);
+  checkpoint::Meta meta;
+  meta.step = step;
+  meta.epoch = s.sampler->epoch_of(step);
+  meta.cursor = s.sampler->cursor_of(step);
+  meta.optimizer_steps = s.optimizer->steps();
+  meta.global_batch = s.deck.optim.global_batch;
+  meta.world = s.world.size;
+  meta.dp = s.topology->dp();
+  meta.pp = s.topology->pp();
+  meta.zero = static_cast<int>(s.deck.parallel.zero);
+  meta.deck = config::deck_to_ini(s.deck);
+  meta.trident_version = TRIDENT_VERSION;
+  meta.torch_version = TORCH_VERSION;
+  const std::string path = checkpoint::save(checkpoint_dir(s), meta, s.all_params, state_names, s.all_buffers, shard,
+                                            s.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
+  const double seconds = watch.seconds();
+  s.times.checkpoint += seconds;
+  ++s.saves;
+  s.bytes_written += sum_over(s.world.comm, 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(state_names.size()))));
+  log::info("checkpoint {} written in {:.2f} s", path, seconds);
+}
+
+// Restores parameters, optimizer state, buffers and the step from `path`, whatever layout wrote it.
+void load_checkpoint(Trainer::State& s, const std::string& path) {
+  Stopwatch watch;
+  std::string error;
+  try {
+    checkpoint::Reader reader(path);
+    const auto& meta = reader.meta();
+    if (meta.global_batch != s.deck.optim.global_batch)
+      fatal_all(fmt::format("checkpoint {}: written with optim.global_batch = {}; resuming needs the same global "
+                            "batch (its data cursor is sample {})", path, meta.global_batch, meta.cursor));
+    reader.check_shapes("params", s.all_params);
+    reader.check_shapes("buffers", s.all_buffers);
+    std::vector<checkpoint::TensorEntry> mine;
+    for (const auto& t : s.all_params)
+      if (t.stage == s.topology->stage()) mine.push_back(t);
+    const int64_t n = s.flat->numel();
+    const auto range = owned_range(s);
+    torch::NoGradGuard no_grad;
+    if (s.grad_sync->params_partitioned())
+      s.grad_sync->optimizer_params().copy_(reader.read_flat("params", mine, range.begin, range.end));
+    else
+      s.grad_sync->full_params().copy_(reader.read_flat("params", mine, 0, n));
+    s.optimizer->allocate_state(s.grad_sync->optimizer_params());
+    for (auto& [name, state] : s.optimizer->state()) {
+      const bool part = s.grad_sync->sharded();
+      state.copy_(reader.read_flat("optim/" + name, mine, part ? range.begin : 0, part ? range.end : n));
+    }
+    s.optimizer->set_steps(meta.optimizer_steps);
+    for (auto& b : s.model->named_buffers())
+      if (b.value().is_floating_point()) b.value().copy_(reader.read_tensor("/buffers/" + b.key()).view(b.value().sizes()));
+    s.start_step = meta.step;
+    s.bytes_read += 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(s.optimizer->state().size())));
+  } catch (const BadInput& e) {
+    error = e.what();
+  }
+  comm::agree_or_throw(s.world.comm, error);
+  s.read_seconds = watch.seconds();
+  s.resumed_from = path;
+}
+
 }  // namespace
 
-Trainer::Trainer(const config::Deck& deck, MPI_Comm comm) : s_(std::make_unique<State>()) {
+Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& resume) : s_(std::make_unique<State>()) {
   auto& s = *s_;
   s.deck = deck;
   s.world = comm::World::from(comm);
@@ -213,6 +338,24 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm) : s_(std::make_unique<
   s.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, s.total_steps};
 
   prepare_output_dir(s);
+
+  std::string note, path, error;
+  if (s.world.rank == 0) {
+    try {
+      path = checkpoint::resolve_resume(checkpoint_dir(s), resume, note);
+    } catch (const BadInput& e) {
+      error = e.what();
+    }
+  }
+  comm::agree_or_throw(s.world.comm, error);
+  int length = static_cast<int>(path.size());
+  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, s.world.comm));
+  path.resize(static_cast<size_t>(length));
+  MPI_CHECK(MPI_Bcast(path.data(), length, MPI_CHAR, 0, s.world.comm));
+  if (s.world.rank == 0 && resume != "never") log::info("{}", note);
+  if (!path.empty()) load_checkpoint(s, path);
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
 }
 
 Trainer::~Trainer() = default;
@@ -245,7 +388,8 @@ Result Trainer::run() {
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
 
   std::unique_ptr<report::MetricsLog> metrics;
-  if (s.world.rank == 0) metrics = std::make_unique<report::MetricsLog>(deck.run.output_dir + "/metrics.jsonl");
+  if (s.world.rank == 0)
+    metrics = std::make_unique<report::MetricsLog>(deck.run.output_dir + "/metrics.jsonl", s.start_step > 0);
 
   Result result;
   const double loss_scale = 1.0 / static_cast<double>(s.accumulation * topo.dp());
@@ -256,8 +400,12 @@ Result Trainer::run() {
   Stopwatch window;
   int64_t window_steps = 0;
 
-  for (int64_t epoch = 0; epoch < s.epochs; ++epoch) {
-    const int64_t first = epoch * per_epoch, end = std::min(s.total_steps, first + per_epoch);
+  result.first_step = s.start_step;
+  result.resumed_from = s.resumed_from;
+  Stopwatch since_save;
+  for (int64_t epoch = s.sampler->epoch_of(std::min(s.start_step, s.total_steps - 1)); epoch < s.epochs; ++epoch) {
+    const int64_t first = std::max(epoch * per_epoch, s.start_step), end = std::min(s.total_steps, (epoch + 1) * per_epoch);
+    if (first >= end) continue;
     auto& pipe = *s.pipeline;
     // Only the first stage reads inputs and only the last reads labels; middle stages read nothing.
     std::unique_ptr<data::Prefetcher> loader;
@@ -303,6 +451,24 @@ Result Trainer::run() {
         window.reset();
         window_steps = 0;
       }
+      // Checkpoint triggers, agreed by every rank at this step boundary: a stop signal, the step
+      // count, the clock (rank 0's). One small all-reduce per step.
+      int flags[2] = {g_stop_signal != 0 ? 1 : 0,
+                      s.world.rank == 0 && deck.checkpoint.every_minutes > 0 &&
+                              since_save.seconds() >= 60.0 * deck.checkpoint.every_minutes
+                          ? 1
+                          : 0};
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, s.world.comm));
+      const bool by_steps = deck.checkpoint.every_steps > 0 && (step + 1) % deck.checkpoint.every_steps == 0;
+      if ((flags[0] || flags[1] || by_steps) && step + 1 < s.total_steps) {
+        save_checkpoint(s, step + 1);
+        since_save.reset();
+      }
+      if (flags[0]) {
+        if (metrics) metrics.reset();
+        throw StoppedBySignal(fmt::format("stopped by a signal after step {}; checkpoint committed in {}", step + 1,
+                                          checkpoint_dir(s)));
+      }
     }
     if (loader) s.times.data_wait += loader->wait_seconds();
     train_seconds += epoch_watch.seconds();
@@ -317,12 +483,14 @@ Result Trainer::run() {
     window_steps = 0;
   }
 
+  if (s.start_step < s.total_steps || s.saves == 0) save_checkpoint(s, s.total_steps);  // the trained model
   result.steps = s.total_steps;
   result.train_loss = replica_mean(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
   result.test_loss = last_eval.loss;
   result.test_accuracy = last_eval.accuracy;
   train_seconds = max_over_ranks(s.world.comm, train_seconds);
-  result.samples_per_s = static_cast<double>(s.total_steps * deck.optim.global_batch) / train_seconds;
+  result.samples_per_s =
+      static_cast<double>((s.total_steps - s.start_step) * deck.optim.global_batch) / std::max(train_seconds, 1e-9);
   s.times.comm_exposed = s.grad_sync->exposed_comm_seconds();
   s.times.total = wall.seconds();
 
@@ -337,7 +505,12 @@ Result Trainer::run() {
   summary.test_loss = result.test_loss;
   summary.test_accuracy = result.test_accuracy;
   summary.samples_per_s = result.samples_per_s;
-  summary.step_time_s = train_seconds / static_cast<double>(s.total_steps);
+  summary.step_time_s = train_seconds / static_cast<double>(std::max<int64_t>(1, s.total_steps - s.start_step));
+  summary.resumed_from = s.resumed_from;
+  summary.checkpoint_saves = s.saves;
+  summary.checkpoint_write_gb_per_s = s.times.checkpoint > 0 ? s.bytes_written / s.times.checkpoint / 1e9 : 0;
+  const double read_seconds = max_over_ranks(s.world.comm, s.read_seconds);
+  summary.checkpoint_read_gb_per_s = read_seconds > 0 ? sum_over(s.world.comm, s.bytes_read) / read_seconds / 1e9 : 0;
   for (double* t : {&s.times.total, &s.times.data_wait, &s.times.forward, &s.times.backward, &s.times.comm_exposed,
                     &s.times.optimizer, &s.times.checkpoint, &s.times.evaluation})
     *t = max_over_ranks(s.world.comm, *t);

@@ -17,6 +17,8 @@ namespace trident::train {
 
 struct Result {
   int64_t steps = 0;
+  int64_t first_step = 0;  // > 0 when resumed
+  std::string resumed_from;
   double train_loss = 0, test_loss = 0, test_accuracy = 0, samples_per_s = 0;
   std::vector<std::pair<int64_t, double>> logged_losses;  // (step, global-batch mean loss)
   std::vector<double> logged_grad_norms;                   // before clipping, same steps
@@ -26,7 +28,8 @@ class Trainer {
  public:
   // Collective over `comm`. The deck must be valid for comm's size (config::validate).
   // Dataset problems throw BadInput on every rank alike.
-  Trainer(const config::Deck& deck, MPI_Comm comm);
+  // `resume`: auto | never | PATH (checkpoint/checkpoint.hpp, resolve_resume).
+  Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& resume = "never");
   ~Trainer();
   Result run();
   // This rank's stage's parameters, whole, by name, in model order (collective: ZeRO-3 gathers).

@@ -51,7 +51,10 @@ struct Trained {
 inline Trained train_on(config::Deck deck, MPI_Comm comm, const std::string& tag) {
   int size = 1;
   MPI_Comm_size(comm, &size);
-  deck.run.output_dir = shared_scratch_dir() + "/" + deck.run.name + "_" + tag + "_r" + std::to_string(world_rank());
+  // One folder per run: shared by the ranks of a run over MPI_COMM_WORLD, one per rank for
+  // the single-rank runs on MPI_COMM_SELF.
+  deck.run.output_dir = shared_scratch_dir() + "/" + deck.run.name + "_" + tag +
+                        (comm == MPI_COMM_SELF ? "_r" + std::to_string(world_rank()) : "");
   const auto errors = config::validate(deck, {size, false});
   EXPECT_TRUE(errors.empty()) << (errors.empty() ? "" : errors.front());
   train::Trainer trainer(deck, comm);

@@ -1,0 +1,440 @@
+#include "checkpoint/checkpoint.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <hdf5.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "data/hdf5_file.hpp"
+#include "data/prepare.hpp"
+
+namespace trident::checkpoint {
+
+namespace fs = std::filesystem;
+using data::Hid;
+
+namespace {
+
+// ---- selections of a flat element range in an N-d dataspace ---------------------------------
+
+// Adds elements [lo, hi) (C order, relative to the sub-array at `prefix`) of a dataspace with
+// `dims` to its selection, as at most 2 x rank hyperslabs.
+void add_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t> prefix, hsize_t lo, hsize_t hi,
+               bool& first) {
+  if (lo >= hi) return;
+  const size_t level = prefix.size();
+  hsize_t inner = 1;
+  for (size_t d = level + 1; d < dims.size(); ++d) inner *= dims[d];
+  auto block = [&](hsize_t row_begin, hsize_t row_end) {  // whole rows at this level
+    std::vector<hsize_t> start(prefix), count(prefix.size(), 1);
+    start.push_back(row_begin);
+    count.push_back(row_end - row_begin);
+    for (size_t d = level + 1; d < dims.size(); ++d) {
+      start.push_back(0);
+      count.push_back(dims[d]);
+    }
+    HDF5_CHECK(H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                                   count.data(), nullptr));
+    first = false;
+  };
+  if (lo % inner == 0 && hi % inner == 0) return block(lo / inner, hi / inner);
+  const hsize_t first_row = lo / inner, last_row = (hi - 1) / inner;
+  auto sub = [&](hsize_t row, hsize_t a, hsize_t b) {
+    auto p = prefix;
+    p.push_back(row);
+    add_range(space, dims, p, a, b, first);
+  };
+  if (first_row == last_row) return sub(first_row, lo - first_row * inner, hi - first_row * inner);
+  hsize_t full_begin = first_row, full_end = last_row + 1;
+  if (lo % inner != 0) {
+    sub(first_row, lo % inner, inner);
+    full_begin = first_row + 1;
+  }
+  if (hi % inner != 0) {
+    sub(last_row, 0, hi % inner);
+    full_end = last_row;
+  }
+  if (full_begin < full_end) block(full_begin, full_end);
+}
+
+Hid select_range(hid_t dataset, hsize_t lo, hsize_t hi) {
+  Hid space(HDF5_CHECK(H5Dget_space(dataset)));
+  const auto dims = data::dataset_shape(dataset);
+  bool first = true;
+  if (dims.empty()) {
+    HDF5_CHECK(H5Sselect_all(space));
+  } else if (lo >= hi) {
+    HDF5_CHECK(H5Sselect_none(space));
+  } else {
+    add_range(space, dims, {}, lo, hi, first);
+  }
+  return space;
+}
+
+Hid memory_space(hsize_t n) {
+  const hsize_t dims[1] = {std::max<hsize_t>(n, 1)};
+  Hid space(HDF5_CHECK(H5Screate_simple(1, dims, nullptr)));
+  if (n == 0) HDF5_CHECK(H5Sselect_none(space));
+  return space;
+}
+
+uint32_t crc_of(const at::Tensor& t) {
+  return static_cast<uint32_t>(
+      crc32(0L, static_cast<const Bytef*>(t.data_ptr()), static_cast<uInt>(t.numel() * t.element_size())));
+}
+
+std::string dataset_name(const std::string& group, const std::string& name) { return "/" + group + "/" + name; }
+
+std::string meta_text(const Meta& m) {
+  return fmt::format(
+      "format_version={}\nstep={}\nepoch={}\ncursor={}\noptimizer_steps={}\nglobal_batch={}\nworld={}\ndp={}\npp={}\n"
+      "zero={}\ntrident_version={}\ntorch_version={}\n",
+      kFormatVersion, m.step, m.epoch, m.cursor, m.optimizer_steps, m.global_batch, m.world, m.dp, m.pp, m.zero,
+      m.trident_version, m.torch_version);
+}
+
+std::map<std::string, std::string> parse_lines(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string step_file(int64_t step) { return fmt::format("step_{:07d}.h5", step); }
+
+// Every dataset of the file that holds tensor data.
+void collect_datasets(hid_t file, std::vector<std::string>& out) {
+  auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
+    return 0;
+  };
+  HDF5_CHECK(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, &out, H5O_INFO_BASIC));
+}
+
+// (begin, end, crc) blocks recorded on a dataset; false if the attribute is missing.
+bool read_blocks(hid_t dataset, std::vector<int64_t>& blocks) {
+  if (H5Aexists(dataset, "crc32_blocks") <= 0) return false;
+  Hid attr(HDF5_CHECK(H5Aopen(dataset, "crc32_blocks", H5P_DEFAULT)));
+  Hid space(HDF5_CHECK(H5Aget_space(attr)));
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  blocks.resize(static_cast<size_t>(n));
+  if (n > 0) HDF5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, blocks.data()));
+  return true;
+}
+
+at::Tensor read_elements(hid_t dataset, int64_t lo, int64_t hi) {
+  at::Tensor out = at::empty({hi - lo}, at::kFloat);
+  Hid file_space = select_range(dataset, static_cast<hsize_t>(lo), static_cast<hsize_t>(hi));
+  Hid mem = memory_space(static_cast<hsize_t>(hi - lo));
+  HDF5_CHECK(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, out.data_ptr()));
+  return out;
+}
+
+// "" or what is wrong with the tensor's stored blocks in [lo, hi) (all blocks when hi < 0).
+std::string check_blocks(hid_t dataset, const std::string& name, int64_t lo, int64_t hi) {
+  std::vector<int64_t> blocks;
+  if (!read_blocks(dataset, blocks)) return fmt::format("tensor {} has no checksums", name);
+  for (size_t b = 0; b + 2 < blocks.size(); b += 3) {
+    const int64_t begin = blocks[b], end = blocks[b + 1];
+    if (hi >= 0 && (end <= lo || begin >= hi)) continue;
+    if (crc_of(read_elements(dataset, begin, end)) != static_cast<uint32_t>(blocks[b + 2]))
+      return fmt::format("tensor {} is damaged (checksum mismatch in elements {}..{})", name, begin, end);
+  }
+  return "";
+}
+
+}  // namespace
+
+// ---- save ----------------------------------------------------------------------------------
+
+std::string save(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
+                 const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
+                 const Shard& shard, MPI_Comm comm, int keep_last) {
+  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  data::hdf5_quiet();
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const std::string final_path = dir + "/" + step_file(meta.step);
+  const std::string tmp_path = final_path + ".tmp";
+  if (rank == 0) fs::create_directories(dir);
+  MPI_CHECK(MPI_Barrier(comm));
+
+  Hid fapl(HDF5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  HDF5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  Hid file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+  if (!file.valid()) fatal_one("checkpoint: cannot create " + tmp_path);
+  Hid collective(HDF5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  HDF5_CHECK(H5Pset_dxpl_mpio(collective, H5FD_MPIO_COLLECTIVE));
+
+  std::vector<std::string> groups{"params", "optim", "buffers"};
+  for (const auto& s : state_names) groups.push_back("optim/" + s);
+  for (const auto& g : groups) Hid(HDF5_CHECK(H5Gcreate2(file, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+
+  // Every rank creates every dataset (collective) and writes its piece of it, maybe none.
+  struct Record {
+    int64_t dataset, begin, end, crc;
+  };
+  std::vector<std::string> names;
+  std::vector<Record> mine;
+  auto write = [&](const std::string& path, const std::vector<int64_t>& shape, int64_t lo, int64_t hi,
+                   const at::Tensor& source) {
+    std::vector<hsize_t> dims(shape.begin(), shape.end());
+    Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
+    Hid dataset(HDF5_CHECK(
+        H5Dcreate2(file, path.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    Hid file_space = select_range(dataset, static_cast<hsize_t>(lo), static_cast<hsize_t>(hi));
+    Hid mem = memory_space(static_cast<hsize_t>(hi - lo));
+    const at::Tensor data = hi > lo ? source.contiguous() : at::zeros({1}, at::kFloat);
+    HDF5_CHECK(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, collective, data.data_ptr()));
+    if (hi > lo) mine.push_back({static_cast<int64_t>(names.size()), lo, hi, crc_of(data)});
+    names.push_back(path);
+  };
+  auto write_flat = [&](const std::string& group, const at::Tensor& flat) {
+    for (const auto& t : params) {
+      int64_t lo = 0, hi = 0;
+      if (t.stage == shard.stage) {
+        lo = std::max(shard.begin, t.offset) - t.offset;
+        hi = std::max(lo, std::min(shard.end, t.offset + t.numel) - t.offset);
+      }
+      write(dataset_name(group, t.name), t.shape, lo, hi,
+            hi > lo ? flat.narrow(0, t.offset + lo - shard.begin, hi - lo) : at::Tensor());
+    }
+  };
+  write_flat("params", shard.params);
+  for (size_t k = 0; k < state_names.size(); ++k) write_flat("optim/" + state_names[k], shard.states[k].second);
+  for (const auto& b : buffers) {
+    const auto it = std::find_if(shard.buffers.begin(), shard.buffers.end(),
+                                 [&](const auto& p) { return p.first == b.name && b.stage == shard.stage; });
+    const bool writes = it != shard.buffers.end();
+    write(dataset_name("buffers", b.name), b.shape, 0, writes ? b.numel : 0,
+          writes ? it->second.reshape({-1}) : at::Tensor());
+  }
+
+  // Checksums: every rank learns every block, then all write the same attributes (collective).
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  const int my_count = static_cast<int>(mine.size() * 4);
+  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  MPI_CHECK(MPI_Allgather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[static_cast<size_t>(r)] = total;
+    total += counts[static_cast<size_t>(r)];
+  }
+  std::vector<int64_t> all(static_cast<size_t>(total));
+  MPI_CHECK(MPI_Allgatherv(mine.data(), my_count, MPI_INT64_T, all.data(), counts.data(), displs.data(),
+                           MPI_INT64_T, comm));
+  std::vector<std::vector<int64_t>> blocks(names.size());
+  for (size_t i = 0; i + 3 < all.size(); i += 4) {
+    auto& b = blocks[static_cast<size_t>(all[i])];
+    b.insert(b.end(), {all[i + 1], all[i + 2], all[i + 3]});
+  }
+  for (size_t d = 0; d < names.size(); ++d) {
+    Hid dataset(HDF5_CHECK(H5Dopen2(file, names[d].c_str(), H5P_DEFAULT)));
+    const hsize_t n = std::max<size_t>(blocks[d].size(), 1);
+    if (blocks[d].empty()) blocks[d] = {0};  // an empty tensor: one padding value, no blocks
+    Hid space(HDF5_CHECK(H5Screate_simple(1, &n, nullptr)));
+    Hid attr(HDF5_CHECK(H5Acreate2(dataset, "crc32_blocks", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)));
+    HDF5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, blocks[d].data()));
+  }
+  const std::string text = meta_text(meta);
+  data::write_string_attribute(file, "meta", text);
+  data::write_string_attribute(file, "deck", meta.deck);
+  data::write_int_attribute(file, "meta_crc32", static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()),
+                                                                             static_cast<uInt>(text.size()))));
+  HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+  file.reset();  // collective close: every rank's data is in the file
+
+  // Commit: rename (atomic on one file system), then `latest`, then prune; rank 0 alone.
+  if (rank == 0) {
+    fs::rename(tmp_path, final_path);
+    const std::string latest_tmp = dir + "/latest.tmp";
+    {
+      std::ofstream out(latest_tmp);
+      out << step_file(meta.step) << "\n";
+      out.flush();
+      if (!out) fatal_one("checkpoint: cannot write " + latest_tmp);
+    }
+    fs::rename(latest_tmp, dir + "/latest");
+    std::vector<std::string> saved;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const auto name = entry.path().filename().string();
+      if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".h5") saved.push_back(name);
+    }
+    std::sort(saved.begin(), saved.end());
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < saved.size(); ++i) fs::remove(dir + "/" + saved[i]);
+  }
+  MPI_CHECK(MPI_Barrier(comm));
+  return final_path;
+}
+
+// ---- read ----------------------------------------------------------------------------------
+
+Reader::Reader(const std::string& path) : path_(path), file_(-1) {
+  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  data::hdf5_quiet();
+  if (!fs::exists(path)) fatal_all(fmt::format("checkpoint {}: no such file", path));
+  if (!data::is_hdf5_file(path)) fatal_all(fmt::format("checkpoint {}: not an HDF5 file (truncated?)", path));
+  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ < 0) fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it (truncated or damaged)", path));
+  const std::string text = data::read_string_attribute(file_, "meta");
+  long long stored_crc = -1;
+  if (H5Aexists(file_, "meta_crc32") > 0) {
+    Hid attr(HDF5_CHECK(H5Aopen(file_, "meta_crc32", H5P_DEFAULT)));
+    HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &stored_crc));
+  }
+  if (text.empty() ||
+      stored_crc != static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()))))
+    fatal_all(fmt::format("checkpoint {}: metadata missing or damaged", path));
+  auto m = parse_lines(text);
+  if (m["format_version"] != std::to_string(kFormatVersion))
+    fatal_all(fmt::format("checkpoint {}: format version {} (this trident reads version {})", path,
+                          m["format_version"], kFormatVersion));
+  auto num = [&](const char* key) { return std::stoll(m[key]); };
+  meta_.step = num("step");
+  meta_.epoch = num("epoch");
+  meta_.cursor = num("cursor");
+  meta_.optimizer_steps = num("optimizer_steps");
+  meta_.global_batch = num("global_batch");
+  meta_.world = static_cast<int>(num("world"));
+  meta_.dp = static_cast<int>(num("dp"));
+  meta_.pp = static_cast<int>(num("pp"));
+  meta_.zero = static_cast<int>(num("zero"));
+  meta_.trident_version = m["trident_version"];
+  meta_.torch_version = m["torch_version"];
+  meta_.deck = data::read_string_attribute(file_, "deck");
+}
+
+Reader::~Reader() {
+  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+void Reader::check_shapes(const std::string& group, const std::vector<TensorEntry>& entries) const {
+  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  for (const auto& t : entries) {
+    const std::string name = dataset_name(group, t.name);
+    if (!data::link_exists(file_, name.substr(1)))
+      fatal_all(fmt::format("checkpoint {}: tensor {} is missing (another model?)", path_, name));
+    Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+    const auto dims = data::dataset_shape(dataset);
+    if (std::vector<int64_t>(dims.begin(), dims.end()) != t.shape)
+      fatal_all(fmt::format("checkpoint {}: tensor {} has shape {}, the model's is {}", path_, name,
+                            fmt::join(dims, "x"), fmt::join(t.shape, "x")));
+  }
+}
+
+at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
+                             int64_t end) const {
+  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  at::Tensor out = at::empty({end - begin}, at::kFloat);
+  for (const auto& t : entries) {
+    const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (lo >= hi) continue;
+    const std::string name = dataset_name(group, t.name);
+    Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+    const std::string problem = check_blocks(dataset, name, lo - t.offset, hi - t.offset);
+    if (!problem.empty()) fatal_all(fmt::format("checkpoint {}: {}", path_, problem));
+    out.narrow(0, lo - begin, hi - lo).copy_(read_elements(dataset, lo - t.offset, hi - t.offset));
+  }
+  return out;
+}
+
+at::Tensor Reader::read_tensor(const std::string& name) const {
+  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  if (!data::link_exists(file_, name.substr(1)))
+    fatal_all(fmt::format("checkpoint {}: tensor {} is missing (another model?)", path_, name));
+  Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+  int64_t numel = 1;
+  for (auto d : data::dataset_shape(dataset)) numel *= static_cast<int64_t>(d);
+  const std::string problem = check_blocks(dataset, name, 0, numel);
+  if (!problem.empty()) fatal_all(fmt::format("checkpoint {}: {}", path_, problem));
+  return read_elements(dataset, 0, numel);
+}
+
+std::string verify(const std::string& path) {
+  try {
+    Reader reader(path);
+    std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+    std::vector<std::string> datasets;
+    Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    collect_datasets(file, datasets);
+    for (const auto& name : datasets) {
+      Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+      if (!dataset.valid()) return fmt::format("checkpoint {}: tensor {} cannot be opened", path, name);
+      const std::string problem = check_blocks(dataset, name, 0, -1);
+      if (!problem.empty()) return fmt::format("checkpoint {}: {}", path, problem);
+    }
+  } catch (const BadInput& e) {
+    return e.what();
+  } catch (const Fault& e) {
+    return fmt::format("checkpoint {}: unreadable ({})", path, e.what());
+  }
+  return "";
+}
+
+bool is_checkpoint(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  data::hdf5_quiet();
+  if (!data::is_hdf5_file(path)) return false;
+  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  return file.valid() && H5Aexists(file, "meta") > 0;
+}
+
+std::string describe(const std::string& path) {
+  const std::string problem = verify(path);
+  std::string out = data::describe_hdf5(path);
+  out += problem.empty() ? "checksums: every block verified\n" : "checksums: FAILED: " + problem + "\n";
+  return out;
+}
+
+std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note) {
+  if (mode == "never") {
+    note = "--resume never: starting fresh";
+    return "";
+  }
+  if (mode != "auto") {
+    const std::string problem = verify(mode);
+    if (!problem.empty()) fatal_all(problem);
+    note = "resuming from " + mode;
+    return mode;
+  }
+  std::vector<std::string> candidates;
+  if (std::ifstream in(dir + "/latest"); in) {
+    std::string name;
+    std::getline(in, name);
+    if (!name.empty()) candidates.push_back(dir + "/" + name);
+  }
+  std::vector<std::string> saved;
+  if (fs::is_directory(dir))
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const auto name = entry.path().filename().string();
+      if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".h5") saved.push_back(entry.path().string());
+    }
+  std::sort(saved.rbegin(), saved.rend());
+  candidates.insert(candidates.end(), saved.begin(), saved.end());
+  std::string skipped;
+  for (const auto& c : candidates) {
+    const std::string problem = verify(c);
+    if (problem.empty()) {
+      note = "--resume auto: resuming from " + c + skipped;
+      return c;
+    }
+    skipped += " (skipped " + problem + ")";
+  }
+  note = "--resume auto: no valid checkpoint in " + dir + ", starting fresh" + skipped;
+  return "";
+}
+
+}  // namespace trident::checkpoint

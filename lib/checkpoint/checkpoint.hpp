@@ -1,0 +1,84 @@
+#pragma once
+// Distributed checkpoints (DESIGN.md "Checkpoint contract"): one parallel-HDF5 file per save,
+// independent of the layout that wrote it. Every tensor is stored under its model name with
+// its full shape (/params/<name>, /optim/<state>/<name>, /buffers/<name>); each rank writes,
+// collectively, the elements it owns under the current dp/pp/ZeRO layout; each written block
+// carries a CRC-32 so any reader can verify what it reads. Written to a temporary name and
+// committed by rename, then `latest` is updated, then old ones are pruned.
+#include <ATen/core/Tensor.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trident::checkpoint {
+
+constexpr int kFormatVersion = 1;
+
+// One tensor of the whole model (every stage).
+struct TensorEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  int stage = 0;
+  int64_t offset = 0, numel = 0;  // place in its stage's flat buffer (parameters)
+};
+
+struct Meta {
+  int64_t step = 0, epoch = 0, cursor = 0, optimizer_steps = 0, global_batch = 0;
+  int world = 1, dp = 1, pp = 1, zero = 0;
+  std::string deck, trident_version, torch_version;
+};
+
+// What one rank writes: elements [begin, end) of its stage's flat parameter buffer and of each
+// optimizer state buffer, and (one rank per stage) the stage's buffers (batch-norm statistics).
+struct Shard {
+  int stage = 0;
+  int64_t begin = 0, end = 0;
+  at::Tensor params;
+  std::vector<std::pair<std::string, at::Tensor>> states;
+  std::vector<std::pair<std::string, at::Tensor>> buffers;  // empty on ranks that do not write them
+};
+
+// Collective over `comm`. `params` and `buffers` list the whole model (every rank passes the
+// same lists and the same state names). Returns the committed file's path.
+std::string save(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
+                 const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
+                 const Shard& shard, MPI_Comm comm, int keep_last);
+
+// Reads a checkpoint; every read block is checked against its CRC-32. Problems throw BadInput
+// naming the file and the tensor.
+class Reader {
+ public:
+  explicit Reader(const std::string& path);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  const Meta& meta() const { return meta_; }
+  const std::string& path() const { return path_; }
+  // Fails unless every tensor of `entries` is stored under `group` with the same shape.
+  void check_shapes(const std::string& group, const std::vector<TensorEntry>& entries) const;
+  // Elements [begin, end) of a stage's flat buffer, assembled from the tensors of `entries`.
+  at::Tensor read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
+                       int64_t end) const;
+  at::Tensor read_tensor(const std::string& dataset) const;
+
+ private:
+  std::string path_;
+  long long file_;
+  Meta meta_;
+};
+
+// Every block of every tensor re-read and checked; "" when the file is sound, else why not.
+std::string verify(const std::string& path);
+// A listing for `trident inspect`: metadata, then each tensor with shape, dtype and verdict.
+std::string describe(const std::string& path);
+bool is_checkpoint(const std::string& path);
+
+// --resume: "never" -> ""; a path -> that file (must verify); "auto" -> `latest` if it
+// verifies, else the newest step_*.h5 that does, else "" (fresh start). `note` says which.
+std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note);
+
+}  // namespace trident::checkpoint
