@@ -321,6 +321,23 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   s.topology = std::make_unique<parallel::Topology>(comm, dp, static_cast<int>(deck.parallel.pp));
   s.dp_comm = std::make_unique<comm::MpiCommunicator>(s.topology->dp_comm());
   s.pp_comm = std::make_unique<comm::MpiCommunicator>(s.topology->pp_comm());
+
+  // Which checkpoint to resume from is settled first: a bad --resume PATH is bad input.
+  std::string note, path, error;
+  if (s.world.rank == 0) {
+    try {
+      path = checkpoint::resolve_resume(checkpoint_dir(s), resume, note);
+    } catch (const BadInput& e) {
+      error = e.what();
+    }
+  }
+  comm::agree_or_throw(s.world.comm, error);
+  int length = static_cast<int>(path.size());
+  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, s.world.comm));
+  path.resize(static_cast<size_t>(length));
+  MPI_CHECK(MPI_Bcast(path.data(), length, MPI_CHAR, 0, s.world.comm));
+  if (s.world.rank == 0 && resume != "never") log::info("{}", note);
+
   s.accumulation = deck.optim.global_batch / (deck.optim.micro_batch * dp);
 
   open_dataset(s);
@@ -339,20 +356,6 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
 
   prepare_output_dir(s);
 
-  std::string note, path, error;
-  if (s.world.rank == 0) {
-    try {
-      path = checkpoint::resolve_resume(checkpoint_dir(s), resume, note);
-    } catch (const BadInput& e) {
-      error = e.what();
-    }
-  }
-  comm::agree_or_throw(s.world.comm, error);
-  int length = static_cast<int>(path.size());
-  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, s.world.comm));
-  path.resize(static_cast<size_t>(length));
-  MPI_CHECK(MPI_Bcast(path.data(), length, MPI_CHAR, 0, s.world.comm));
-  if (s.world.rank == 0 && resume != "never") log::info("{}", note);
   if (!path.empty()) load_checkpoint(s, path);
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);

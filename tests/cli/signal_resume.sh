@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# signal_resume.sh TRIDENT MPIEXEC: a SIGUSR1 delivered to the ranks of a 2-rank run
+# mid-training (as srun or `scancel --signal=USR1` deliver it to every task) commits a
+# checkpoint and exits 3; `--resume auto` continues from it and ends with the same final loss as
+# a run that was never stopped. (The signal goes to the ranks, not to mpiexec: Hydra forwards a
+# signal it receives, but then reports some ranks' exit codes as 0.)
+set -eu
+trident=$1 mpiexec=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+"$trident" prepare-data synthetic --out syn.h5 --train 4096 --test 256 --classes 4 --shape 1x16x16 >/dev/null
+args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --set run.threads=1
+      --set optim.global_batch=64 --set optim.micro_batch=16 --set data.prefetch=0)
+"$mpiexec" -n 2 "$trident" train /dev/null --set run.name=straight "${args[@]}" >straight.log 2>&1 \
+  || fail "uninterrupted run failed: $(tail -3 straight.log)"
+
+marker=stopped_$$  # in the ranks' command line, so only this test's ranks get the signal
+"$mpiexec" -n 2 "$trident" train /dev/null --set run.name=stopped --set run.output_dir=runs/stopped \
+  --set run.seed=1234 --set "checkpoint.keep_last=2" "${args[@]}" --set "run.name=$marker" >stopped.log 2>&1 &
+launcher=$!
+for _ in $(seq 300); do grep -q "step 20/300" stopped.log 2>/dev/null && break; sleep 0.1; done
+pkill -USR1 -f "^$trident train .*run.name=$marker"  # the ranks, not mpiexec
+set +e
+wait "$launcher"
+rc=$?
+set -e
+cat stopped.log | tail -5
+[ "$rc" = 3 ] || fail "exit code $rc after SIGUSR1, expected 3"
+grep -q "stopped by a signal after step" stopped.log || fail "no stop message"
+[ -f runs/stopped/checkpoints/latest ] || fail "no checkpoint committed"
+"$trident" inspect "runs/stopped/checkpoints/$(cat runs/stopped/checkpoints/latest)" | grep -q "every block verified" \
+  || fail "the committed checkpoint does not verify"
+
+"$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/stopped "${args[@]}" --resume auto >resumed.log 2>&1 \
+  || fail "resumed run failed: $(tail -3 resumed.log)"
+grep -q "resuming from" resumed.log || fail "the second run did not resume"
+last() { grep '"step":300[,}]' "$1" | grep -o '"loss":[0-9.e+-]*' | sed 's/"loss"://'; }
+a=$(last runs/straight/metrics.jsonl) b=$(last runs/stopped/metrics.jsonl)
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "final loss $b after stop and resume, $a uninterrupted"
+echo "final loss $a both ways"
+echo PASS
