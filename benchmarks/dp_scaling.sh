@@ -5,18 +5,9 @@
 # Prints a table and writes benchmarks/results/dp_scaling.json.
 #   benchmarks/dp_scaling.sh [BUILD_DIR]      (after scripts/build.sh)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "${1:-$here/../build}" && pwd)
-trident=$build/app/trident
+source "$(dirname "$0")/common.sh" "${1:-}"
 steps=${STEPS:-200}
-out=$here/results
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 "$trident" prepare-data synthetic --out syn.h5 --train 32768 --test 1024 --classes 10 --shape 1x28x28 >/dev/null
-
-field() { sed -n "s/.*\"$2\": \([0-9.e+-]*\).*/\1/p" "$1" | head -1; }
 
 # one NAME NP THREADS BIND -> "samples/s step_time_s comm_exposed_s" of one run
 one() {

@@ -5,18 +5,10 @@
 # against 1f1b. Model: an mlp of four equal 1024 x 1024 layers (input 1x32x32) and a small head, cut into equal stages.
 #   benchmarks/pipeline.sh [BUILD_DIR]         PP=2 (default) or PP=4 (needs >= 4 cores)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "${1:-$here/../build}" && pwd)
-trident=$build/app/trident
+source "$(dirname "$0")/common.sh" "${1:-}"
 pp=${PP:-2}
 steps=${STEPS:-30}
-out=$here/results
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 "$trident" prepare-data synthetic --out syn.h5 --train 8192 --test 256 --classes 10 --shape 1x32x32 >/dev/null
-num() { sed -n "s/.*\"$2\": \([0-9.e+-]*\).*/\1/p" "$1" | head -1; }
 # The largest peak_activation_bytes over the stages.
 peak_activations() { sed -n 's/.*"peak_activation_bytes": \([0-9]*\).*/\1/p' "$1" | sort -n | tail -1; }
 
@@ -31,7 +23,7 @@ for schedule in gpipe 1f1b; do
       --set run.max_steps="$steps" --set run.log_every=1000 --set run.threads=1 --set data.prefetch=2 \
       --set optim.micro_batch=32 --set optim.global_batch=$((32 * m)) >$name.log 2>&1
     r=runs/$name/report.json
-    measured=$(num "$r" bubble_fraction) expected=$(num "$r" expected_bubble_fraction) peak=$(peak_activations "$r")
+    measured=$(field "$r" bubble_fraction) expected=$(field "$r" expected_bubble_fraction) peak=$(peak_activations "$r")
     err=$(awk -v a="$measured" -v b="$expected" 'BEGIN{printf "%.1f%%", 100*(a-b)/b}')
     printf '%-6s %4s %10.3f %10.3f %10s %22s\n' "$schedule" "$m" "$measured" "$expected" "$err" "$peak"
     json+="${json:+, }{\"schedule\": \"$schedule\", \"m\": $m, \"bubble\": $measured, \"expected\": $expected, \"peak_activation_bytes\": $peak}"

@@ -6,21 +6,13 @@
 # Prints both tables and writes benchmarks/results/zero.json.
 #   benchmarks/zero.sh [BUILD_DIR]      (dp 8 on a 2-core machine is slow but only runs 2 steps)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "${1:-$here/../build}" && pwd)
-trident=$build/app/trident
-out=$here/results
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/common.sh" "${1:-}"
 "$trident" prepare-data synthetic --out syn.h5 --train 16384 --test 512 --classes 10 --shape 1x28x28 >/dev/null
 
 # The sum of memory.model_state_bytes and memory.expected_model_state_bytes of a report.json
 # (nlohmann writes keys sorted, one per line).
 state_bytes() { sed -n '/"model_state_bytes": {/,/}/p' "$1" | grep -o '[0-9]\+' | awk '{s+=$1} END{print s}'; }
 expected_bytes() { sed -n 's/.*"expected_model_state_bytes": \([0-9]*\).*/\1/p' "$1"; }
-samples_per_s() { sed -n 's/.*"samples_per_s": \([0-9.e+-]*\).*/\1/p' "$1" | head -1; }
 
 json_memory=""
 printf '\nModel-state bytes per rank, mlp 1024x1024 (fp32 AdamW, K = 8), measured = allocated buffers (report.json)\n'
@@ -49,7 +41,7 @@ for round in $(seq "${REPEATS:-2}"); do
     mpiexec -n 2 "$trident" train /dev/null --set run.name=$name --set data.path=syn.h5 --set model.kind=cnn \
       --set run.max_steps="$steps" --set run.log_every=1000 --set run.threads=1 --set parallel.zero=$zero \
       --set optim.global_batch=128 --set optim.micro_batch=64 >$name.log 2>&1
-    s=$(samples_per_s runs/$name/report.json)
+    s=$(field runs/$name/report.json samples_per_s)
     if [ -z "${best[$zero]:-}" ] || awk -v a="$s" -v b="${best[$zero]}" 'BEGIN{exit !(a>b)}'; then best[$zero]=$s; fi
   done
 done
