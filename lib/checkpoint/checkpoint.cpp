@@ -6,6 +6,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -255,6 +257,11 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
                                                                              static_cast<uInt>(text.size()))));
   HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
   file.reset();  // collective close: every rank's data is in the file
+
+  // Fault injection for the tests: TRIDENT_TEST_KILL_DURING_SAVE=STEP kills every rank after the
+  // file is written but before it is committed, as a node failure or scancel -s KILL would.
+  if (const char* kill_at = std::getenv("TRIDENT_TEST_KILL_DURING_SAVE"); kill_at && std::atoll(kill_at) == meta.step)
+    std::raise(SIGKILL);
 
   // Commit: rename (atomic on one file system), then `latest`, then prune; rank 0 alone.
   if (rank == 0) {

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <zlib.h>
 
 #include <array>
@@ -171,14 +172,13 @@ std::string attributes_of(hid_t object) {
     std::string value;
     if (H5Tget_class(type) == H5T_STRING) {
       value = "\"" + read_string_attribute(object, name) + "\"";
-    } else if (H5Tget_class(type) == H5T_INTEGER) {
-      long long v = 0;
-      H5Aread(attr, H5T_NATIVE_LLONG, &v);
-      value = std::to_string(v);
-    } else if (H5Tget_class(type) == H5T_FLOAT) {
-      double v = 0;
-      H5Aread(attr, H5T_NATIVE_DOUBLE, &v);
-      value = fmt::format("{}", v);
+    } else if (H5Tget_class(type) == H5T_INTEGER || H5Tget_class(type) == H5T_FLOAT) {
+      // Scalars and arrays alike: read every element (an array into a scalar would overflow).
+      Hid space(H5Aget_space(attr));
+      const auto n = static_cast<size_t>(std::max<hssize_t>(1, H5Sget_simple_extent_npoints(space)));
+      std::vector<double> values(n);
+      H5Aread(attr, H5T_NATIVE_DOUBLE, values.data());
+      value = n == 1 ? fmt::format("{}", values[0]) : fmt::format("[{}]", fmt::join(values, ", "));
     } else {
       value = "(" + type_name(type) + ")";
     }

@@ -56,8 +56,8 @@ void expect_bit_exact_resume(config::Deck deck, const std::string& name) {
 
 TEST(Checkpoint, ResumeIsBitExactDataParallel) { expect_bit_exact_resume(tiny_deck("cnn", "ck_dp"), "ck_dp"); }
 
-TEST(Checkpoint, ResumeIsBitExactZero2And3) {
-  for (int zero : {2, 3}) {
+TEST(Checkpoint, ResumeIsBitExactEveryZeroStage) {
+  for (int zero : {1, 2, 3}) {
     auto deck = tiny_deck("mlp", "ck_zero" + std::to_string(zero));
     deck.model.hidden = "31,17";
     deck.parallel.zero = zero;
