@@ -278,6 +278,10 @@ void load_checkpoint(Trainer::State& s, const std::string& path) {
     if (meta.global_batch != s.deck.optim.global_batch)
       fatal_all(fmt::format("checkpoint {}: written with optim.global_batch = {}; resuming needs the same global "
                             "batch (its data cursor is sample {})", path, meta.global_batch, meta.cursor));
+    if (meta.step > s.total_steps)
+      fatal_all(fmt::format("checkpoint {}: it is at step {}, beyond this run's {} steps (run.max_steps / "
+                            "run.epochs); raise them or start fresh with --resume never", path, meta.step,
+                            s.total_steps));
     reader.check_shapes("params", s.all_params);
     reader.check_shapes("buffers", s.all_buffers);
     std::vector<checkpoint::TensorEntry> mine;
