@@ -3,13 +3,7 @@
 # (after its temporary file is written, before it is committed). The previous checkpoint and
 # `latest` stay intact, the restart resumes from that previous checkpoint, and the final
 # parameters equal those of a run that was never killed.
-set -eu
-trident=$1 mpiexec=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-"$trident" prepare-data synthetic --out syn.h5 --train 2048 --test 256 --classes 4 --shape 1x16x16 >/dev/null
+source "$(dirname "$0")/common.sh" "$1" "$2" 2048
 args=(--set data.path=syn.h5 --set run.max_steps=40 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set checkpoint.every_steps=10 --set model.kind=mlp)
 "$mpiexec" -n 2 "$trident" train /dev/null --set run.name=straight "${args[@]}" >straight.log 2>&1 \

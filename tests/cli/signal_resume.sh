@@ -4,13 +4,7 @@
 # checkpoint and exits 3; `--resume auto` continues from it and ends with the same final loss as
 # a run that was never stopped. (The signal goes to the ranks, not to mpiexec: Hydra forwards a
 # signal it receives, but then reports some ranks' exit codes as 0.)
-set -eu
-trident=$1 mpiexec=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-"$trident" prepare-data synthetic --out syn.h5 --train 4096 --test 256 --classes 4 --shape 1x16x16 >/dev/null
+source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set data.prefetch=0)
 "$mpiexec" -n 2 "$trident" train /dev/null --set run.name=straight "${args[@]}" >straight.log 2>&1 \
