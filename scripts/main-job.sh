@@ -3,6 +3,6 @@
 # train the cnn data-parallel on 2 ranks. Writes runs/fashion_mnist_ddp/{report.json,metrics.jsonl}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+PRESET=ci TARGET=trident bash scripts/build.sh
 [ -f data/fashion_mnist.h5 ] || build/app/trident prepare-data fashion-mnist --out data/fashion_mnist.h5
 mpiexec -n "${NP:-2}" build/app/trident train inputs/fashion_mnist_ddp.ini "$@"
