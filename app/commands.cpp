@@ -51,6 +51,10 @@ int guarded(bool mpi, Body body) {
   }
 }
 
+std::vector<std::string> overrides_of(const po::variables_map& vm) {
+  return vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+}
+
 po::variables_map parse(int argc, char** argv, const po::options_description& options,
                         const po::positional_options_description& positional) {
   po::variables_map vm;
@@ -106,7 +110,7 @@ int train_command(int argc, char** argv) {
   comm::MpiSession mpi(&argc, &argv);
   return guarded(true, [&] {
     if (!vm.count("deck")) throw BadInput("train: no deck given (trident train DECK; see --help)");
-    const auto overrides = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    const auto overrides = overrides_of(vm);
     const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
     int world_size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -172,16 +176,12 @@ int inspect_command(int argc, char** argv) {
       std::cout << data::describe_hdf5(file);
       return 0;
     }
-    std::cout << checkpoint::describe(file);
-    const std::string problem = checkpoint::verify(file);
+    std::string problem;
+    std::cout << checkpoint::describe(file, problem);
     if (!problem.empty()) throw BadInput(problem);
     return 0;
   });
 }
-
-}  // namespace trident::app
-
-namespace trident::app {
 
 int plan_command(int argc, char** argv) {
   po::options_description options("trident plan DECK --world N");
@@ -197,7 +197,7 @@ int plan_command(int argc, char** argv) {
       return 0;
     }
     if (!vm.count("deck")) throw BadInput("plan: no deck given (trident plan DECK --world N)");
-    const auto overrides = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    const auto overrides = overrides_of(vm);
     const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
     const int world = vm["world"].as<int>();
     config::validate_or_throw(deck, {world, false});

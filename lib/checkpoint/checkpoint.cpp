@@ -412,8 +412,8 @@ bool is_checkpoint(const std::string& path) {
   return file.valid() && H5Aexists(file, "meta") > 0;
 }
 
-std::string describe(const std::string& path) {
-  const std::string problem = verify(path);
+std::string describe(const std::string& path, std::string& problem) {
+  problem = verify(path);
   std::string out = data::describe_hdf5(path);
   out += problem.empty() ? "checksums: every block verified\n" : "checksums: FAILED: " + problem + "\n";
   return out;

@@ -73,8 +73,9 @@ class Reader {
 
 // Every block of every tensor re-read and checked; "" when the file is sound, else why not.
 std::string verify(const std::string& path);
-// A listing for `trident inspect`: metadata, then each tensor with shape, dtype and verdict.
-std::string describe(const std::string& path);
+// A listing for `trident inspect`: metadata, each tensor with shape and dtype, and the verdict
+// of verify(), which is also returned in `problem` ("" when sound), so the file is read once.
+std::string describe(const std::string& path, std::string& problem);
 bool is_checkpoint(const std::string& path);
 
 // --resume: "never" -> ""; a path -> that file (must verify); "auto" -> `latest` if it
