@@ -43,7 +43,12 @@ int guarded(bool mpi, Body body) {
   } catch (const po::error& e) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s (see --help)\n", e.what());
     return kExitBadInput;
-  } catch (const std::exception& e) {  // Fault, c10::Error, std::filesystem_error, ...
+  } catch (const Fault& e) {  // its message already names rank and host
+    std::fprintf(stderr, "trident: fault: %s\n", e.what());
+    std::fflush(stderr);
+    if (mpi && size > 1) MPI_Abort(MPI_COMM_WORLD, kExitFault);
+    return kExitFault;
+  } catch (const std::exception& e) {  // c10::Error, std::filesystem_error, ...
     std::fprintf(stderr, "trident: fault: %s: %s\n", who().c_str(), e.what());
     std::fflush(stderr);
     if (mpi && size > 1) MPI_Abort(MPI_COMM_WORLD, kExitFault);

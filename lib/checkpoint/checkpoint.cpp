@@ -414,7 +414,12 @@ bool is_checkpoint(const std::string& path) {
 
 std::string describe(const std::string& path, std::string& problem) {
   problem = verify(path);
-  std::string out = data::describe_hdf5(path);
+  std::string out;
+  try {
+    out = data::describe_hdf5(path);
+  } catch (const Fault&) {  // damaged structure: verify() already says what is wrong
+    out = path + "\n(its objects cannot be listed)\n";
+  }
   out += problem.empty() ? "checksums: every block verified\n" : "checksums: FAILED: " + problem + "\n";
   return out;
 }
