@@ -1,0 +1,51 @@
+#!/bin/bash
+# A training run longer than the queue's time limit, as a chain of N jobs.
+#
+# Usage: jobs/restart_chain.sh [-n N] [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set ...]
+#   -n N          jobs in the chain (default 4)
+#   -j JOBSCRIPT  the job script each link runs (default: ddp_2nodes.slurm next to this script;
+#                 hybrid.slurm works too)
+#   anything else before `--` goes to every sbatch (e.g. --time=04:00:00 --nodes=4);
+#   everything after `--` goes to `trident train`.
+#
+# Job k+1 depends on job k with --dependency=afterany, so it starts when job k ends, however it
+# ended, and continues from the newest checkpoint (trident's --resume auto). A link that hits its
+# time limit gets SIGUSR1 a little before (--signal=B:USR1@SIGNAL_S, default 120 s; Slurm's timing
+# is coarse), passes it to the ranks, which checkpoint and exit 3; the next link takes over. A
+# link that is preempted or requeued by Slurm restarts itself, and the chain waits for it. The
+# link that finishes the training (exit 0) cancels the rest of the chain; so does bad input
+# (exit 2), which no retry can fix. All links share one job name (trident-chain-<time>), which
+# is how a link finds the rest of its chain.
+#
+# Prints the job ids, one per line (the first line is the first link).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+links=4
+script=$here/ddp_2nodes.slurm
+sbatch_args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    -n) links=$2; shift 2 ;;
+    -j) script=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) sbatch_args+=("$1"); shift ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "usage: restart_chain.sh [-n N] [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set ...]" >&2; exit 2; }
+[[ $links =~ ^[1-9][0-9]*$ ]] || { echo "restart_chain.sh: -n wants a positive count, got '$links'" >&2; exit 2; }
+[ -r "$script" ] || { echo "restart_chain.sh: no job script $script" >&2; exit 2; }
+
+name=trident-chain-$(date +%Y%m%d-%H%M%S)-$$
+signal_s=${SIGNAL_S:-120}
+previous=
+for ((k = 1; k <= links; k++)); do
+  dependency=()
+  [ -n "$previous" ] && dependency=(--dependency="afterany:$previous")
+  # TRIDENT_CHAIN tells the job script it is a link: a stop passes to the next link instead of
+  # requeueing (unless TRIDENT_MAX_REQUEUE says otherwise), and a finished run ends the chain.
+  previous=$(sbatch --parsable --job-name="$name" --signal="B:USR1@$signal_s" --export="ALL,TRIDENT_CHAIN=1" \
+                    "${dependency[@]}" "${sbatch_args[@]}" "$script" "$@")
+  previous=${previous%%;*}  # --parsable prints "id;cluster" on multi-cluster setups
+  echo "$previous"
+done

@@ -1,0 +1,93 @@
+#!/bin/bash
+# A scaling study: one job per rank count, every run's report.json in one study folder, then a
+# dependent job that runs `trident report` on the folder. Called by strong_scaling.sh and
+# weak_scaling.sh (the same options; see there); --kind strong|weak picks the batch rule:
+#   strong: the deck's optim.global_batch for every rank count (the same work split more ways);
+#   weak:   optim.global_batch = per-rank batch x ranks, optim.micro_batch = per-rank batch
+#           (the same work per rank).
+#
+# Usage: scaling_study.sh --kind strong|weak [--ranks 1,2,4,8] [--tasks-per-node T]
+#          [--study DIR] [--per-rank-batch B] [--serial] [-j JOBSCRIPT] [SBATCH_OPTION ...]
+#          -- DECK [--set section.key=value ...]
+#   --ranks           rank counts, comma-separated (default 1,2,4,8)
+#   --tasks-per-node  ranks per node (default 2); a run of R ranks gets ceil(R / T) nodes
+#   --study           the study folder (default studies/<kind>-<date>-<time>); runs land in
+#                     DIR/runs/ranks_<R>/, job logs in DIR/logs/, the report in DIR/report/
+#   --per-rank-batch  weak scaling: samples per rank per step (default 64)
+#   --serial          each run waits for the previous one (afterany): no two runs share a node's
+#                     cores or the file system at the same time, also where --exclusive cannot help
+#   -j JOBSCRIPT      the job script of each run (default ddp_2nodes.slurm next to this script)
+#   other options before `--` go to every sbatch (e.g. --time=00:20:00 --partition=short);
+#   everything after `--` goes to `trident train`.
+# Every run is submitted with --exclusive (whole nodes: timings not shared with other jobs).
+# Prints the study folder, then the job ids (runs first, the report job last).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+kind="" ranks=1,2,4,8 tpn=2 study="" per_rank=64 serial=0 script=$here/ddp_2nodes.slurm
+sbatch_args=()
+usage() { echo "usage: $(basename "$0") [--ranks 1,2,4] [--tasks-per-node T] [--study DIR] [--serial] [SBATCH_OPTION ...] -- DECK [--set ...]" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --kind) kind=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --tasks-per-node) tpn=$2; shift 2 ;;
+    --study) study=$2; shift 2 ;;
+    --per-rank-batch) per_rank=$2; shift 2 ;;
+    --serial) serial=1; shift ;;
+    -j) script=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) sbatch_args+=("$1"); shift ;;
+  esac
+done
+case $kind in strong|weak) ;; *) echo "scaling_study.sh: --kind strong|weak" >&2; usage ;; esac
+[ $# -gt 0 ] || usage
+deck=$1
+shift
+[ -r "$deck" ] || { echo "$(basename "$0"): cannot read the deck $deck" >&2; exit 2; }
+[[ $tpn =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): --tasks-per-node wants a positive count" >&2; exit 2; }
+[[ $per_rank =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): --per-rank-batch wants a positive count" >&2; exit 2; }
+IFS=, read -r -a rank_list <<<"$ranks"
+for r in "${rank_list[@]}"; do
+  [[ $r =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): --ranks wants positive counts, got '$r'" >&2; exit 2; }
+done
+
+# trident for the report job: $TRIDENT, the module, PATH, $TRIDENT_HOME/bin (as the job scripts).
+if [ -z "${TRIDENT:-}" ]; then
+  if type module >/dev/null 2>&1; then set +u; module load trident >/dev/null 2>&1 || true; set -u; fi
+  TRIDENT=$(command -v trident || true)
+  [ -z "$TRIDENT" ] && [ -x "${TRIDENT_HOME:-/nonexistent}/bin/trident" ] && TRIDENT=$TRIDENT_HOME/bin/trident
+fi
+[ -n "$TRIDENT" ] && [ -x "$TRIDENT" ] || { echo "trident not found: module load trident, put it on PATH, or set TRIDENT_HOME" >&2; exit 2; }
+TRIDENT=$(realpath "$TRIDENT")
+export TRIDENT
+
+study=$(realpath -m "${study:-studies/$kind-$(date +%Y%m%d-%H%M%S)}")
+mkdir -p "$study/runs" "$study/logs"
+echo "$study"
+
+ids=() previous=
+for r in "${rank_list[@]}"; do
+  run=$study/runs/ranks_$r
+  [ -e "$run/report.json" ] && { echo "$(basename "$0"): $run already holds a finished run; use another --study" >&2; exit 2; }
+  per_node=$((r < tpn ? r : tpn))
+  nodes=$(((r + tpn - 1) / tpn))
+  batch=()
+  [ "$kind" = weak ] && batch=(--set "optim.global_batch=$((per_rank * r))" --set "optim.micro_batch=$per_rank")
+  dependency=()
+  [ "$serial" = 1 ] && [ -n "$previous" ] && dependency=(--dependency="afterany:$previous")
+  id=$(sbatch --parsable --job-name="trident-$kind-r$r" --nodes="$nodes" --ntasks="$r" --ntasks-per-node="$per_node" \
+              --exclusive --output="$study/logs/ranks_$r-%j.out" "${dependency[@]}" "${sbatch_args[@]}" \
+              "$script" "$deck" "${batch[@]}" "$@" --set "run.name=${kind}_ranks_$r" --set "run.output_dir=$run")
+  id=${id%%;*}
+  ids+=("$id")
+  previous=$id
+  echo "$id"
+done
+
+# The report, once every run has ended however it ended (afterany: a failed run is missing from
+# the table, it does not keep the report pending forever).
+deps=$(IFS=:; echo "${ids[*]}")
+report_cmd=$(printf '%q ' "$TRIDENT" report "$study/runs" --out "$study/report" --kind "$kind")
+sbatch --parsable --job-name="trident-$kind-report" --nodes=1 --ntasks=1 --dependency="afterany:$deps" \
+       --output="$study/logs/report-%j.out" "${sbatch_args[@]}" --wrap "$report_cmd" | cut -d';' -f1

@@ -1,0 +1,12 @@
+#!/bin/bash
+# Strong scaling: the same global batch (the deck's optim.global_batch) at every rank count, one
+# job per count into one study folder, then a job that runs `trident report --kind strong`
+# (speedup T1/TN, efficiency T1/(N*TN) against the smallest run).
+#
+# Usage: jobs/strong_scaling.sh [--ranks 1,2,4,8] [--tasks-per-node T] [--study DIR] [--serial]
+#          [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set section.key=value ...]
+# Example: jobs/strong_scaling.sh --ranks 1,2,4,8,16 --tasks-per-node 16 --time=00:20:00 \
+#            -- inputs/fashion_mnist_ddp.ini --set run.max_steps=200
+# Options: see jobs/scaling_study.sh. Prints the study folder and the job ids; the table is
+# STUDY/report/report.md (also report.csv, report.svg) when the last job has run.
+exec "$(dirname "$0")/scaling_study.sh" --kind strong "$@"

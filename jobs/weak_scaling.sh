@@ -1,0 +1,11 @@
+#!/bin/bash
+# Weak scaling: the same work per rank at every rank count (optim.global_batch = B x ranks,
+# optim.micro_batch = B, B from --per-rank-batch, default 64), one job per count into one study
+# folder, then a job that runs `trident report --kind weak` (efficiency T1/TN: the step time
+# should stay flat).
+#
+# Usage: jobs/weak_scaling.sh [--ranks 1,2,4,8] [--tasks-per-node T] [--per-rank-batch B]
+#          [--study DIR] [--serial] [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set ...]
+# Options: see jobs/scaling_study.sh. Prints the study folder and the job ids; the table is
+# STUDY/report/report.md (also report.csv, report.svg) when the last job has run.
+exec "$(dirname "$0")/scaling_study.sh" --kind weak "$@"
