@@ -14,6 +14,7 @@
 #include "config/deck.hpp"
 #include "core/error.hpp"
 #include "data/prepare.hpp"
+#include "report/study.hpp"
 #include "train/plan.hpp"
 #include "train/trainer.hpp"
 
@@ -80,6 +81,7 @@ void print_usage() {
       "  trident prepare-data synthetic --out FILE.h5 [--train N --test N --classes K --shape CxHxW ...]\n"
       "  trident inspect FILE.h5                     a dataset or a checkpoint (checksums verified)\n"
       "  trident plan DECK --world N [--set ...]     no training: layout and model-state memory per rank\n"
+      "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
       "  trident --version | --help\n\n"
       "exit codes: 0 success, 2 bad input (deck, dataset, layout, checkpoint; one message), 3 stopped by\n"
       "SIGUSR1/SIGTERM after a checkpoint was committed (requeue me), 1 a fault (the job aborts)\n",
@@ -207,6 +209,29 @@ int plan_command(int argc, char** argv) {
     const int world = vm["world"].as<int>();
     config::validate_or_throw(deck, {world, false});
     std::cout << train::plan_text(deck, world);
+    return 0;
+  });
+}
+
+int report_command(int argc, char** argv) {
+  po::options_description options("trident report STUDY_DIR... --out DIR");
+  options.add_options()("help,h", "this help")(
+      "dirs", po::value<std::vector<std::string>>(), "folders searched (recursively) for report.json files")(
+      "out", po::value<std::string>(), "where report.md, report.csv and report.svg are written")(
+      "kind", po::value<std::string>()->default_value(""),
+      "strong (fixed global batch) | weak (fixed batch per rank); default: inferred from the batches");
+  po::positional_options_description positional;
+  positional.add("dirs", -1);
+  return guarded(false, [&] {
+    const auto vm = parse(argc, argv, options, positional);
+    if (vm.count("help")) {
+      std::cout << options << "\n";
+      return 0;
+    }
+    if (!vm.count("dirs") || !vm.count("out")) throw BadInput("report: give a study folder and --out DIR");
+    const auto study = report::load_study(vm["dirs"].as<std::vector<std::string>>(), vm["kind"].as<std::string>());
+    for (const auto& path : report::write_study(study, vm["out"].as<std::string>()))
+      std::printf("report: wrote %s\n", path.c_str());
     return 0;
   });
 }

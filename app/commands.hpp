@@ -6,6 +6,7 @@ int train_command(int argc, char** argv);
 int prepare_data_command(int argc, char** argv);
 int inspect_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
+int report_command(int argc, char** argv);
 void print_usage();
 
 }  // namespace trident::app

@@ -1,0 +1,449 @@
+#include "report/study.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace trident::report {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Per-step phases (shown in ms per step) and whole-run phases (seconds), in the order of the
+// report.json contract; other time_s keys a newer trident adds are shown as whole-run seconds.
+const std::vector<std::string> kStepPhases = {"data_wait", "forward", "backward", "comm_exposed", "optimizer"};
+const std::vector<std::string> kRunPhases = {"checkpoint", "evaluation", "total"};
+
+std::vector<std::string> phase_order(const Study& study) {
+  std::vector<std::string> order = kStepPhases;
+  order.insert(order.end(), kRunPhases.begin(), kRunPhases.end());
+  std::set<std::string> extra;
+  for (const auto& r : study.runs)
+    for (const auto& [k, v] : r.phase_s)
+      if (std::find(order.begin(), order.end(), k) == order.end()) extra.insert(k);
+  order.insert(order.end() - 1, extra.begin(), extra.end());  // before "total"
+  return order;
+}
+
+bool per_step(const std::string& phase) {
+  return std::find(kStepPhases.begin(), kStepPhases.end(), phase) != kStepPhases.end();
+}
+
+std::string relative_dir(const Study& study, const std::string& file) {
+  const fs::path dir = fs::path(file).parent_path();
+  if (study.dir.find(", ") != std::string::npos) return dir.string();  // several study folders
+  std::error_code ec;
+  const fs::path rel = fs::relative(dir, study.dir, ec);
+  return ec || rel.empty() ? dir.string() : rel.string();
+}
+
+std::string kind_rule(const std::string& kind) {
+  return kind == "weak" ? "fixed batch per rank; efficiency T0/TN, speedup (T0/TN)·(N/N0)"
+                        : "fixed global batch; speedup T0/TN, efficiency T0·N0/(N·TN)";
+}
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- reading ------------------------------------------------------------------------------
+
+StudyRun read_study_run(const std::string& file) {
+  json j;
+  {
+    std::ifstream in(file);
+    if (!in) throw BadInput(fmt::format("report: {}: cannot read the file", file));
+    try {
+      j = json::parse(in);
+    } catch (const json::parse_error& e) {
+      throw BadInput(fmt::format("report: {}: not valid JSON ({})", file, e.what()));
+    }
+  }
+  // A field by its path ("layout/world"); required ones missing or null are bad input.
+  auto field = [&](const std::string& path, bool required) -> const json* {
+    const json::json_pointer ptr("/" + path);
+    if (j.is_object() && j.contains(ptr) && !j.at(ptr).is_null()) return &j.at(ptr);
+    if (required) {
+      std::string dotted = path;
+      std::replace(dotted.begin(), dotted.end(), '/', '.');
+      throw BadInput(fmt::format("report: {}: no field '{}' (is it a trident report.json?)", file, dotted));
+    }
+    return nullptr;
+  };
+  StudyRun r;
+  r.file = file;
+  try {
+    auto integer = [&](const std::string& path, int64_t fallback, bool required) {
+      const json* v = field(path, required);
+      return v ? v->get<int64_t>() : fallback;
+    };
+    auto text = [&](const std::string& path, const std::string& fallback) {
+      const json* v = field(path, false);
+      return v ? v->get<std::string>() : fallback;
+    };
+    r.world = static_cast<int>(integer("layout/world", 1, true));
+    r.nodes = static_cast<int>(integer("layout/nodes", 1, false));
+    r.dp = static_cast<int>(integer("layout/dp", r.world, false));
+    r.pp = static_cast<int>(integer("layout/pp", 1, false));
+    r.zero = static_cast<int>(integer("layout/zero", 0, false));
+    r.backend = text("layout/backend", "?");
+    r.device = text("layout/device", "?");
+    r.schedule = text("layout/schedule", "-");
+    r.model = text("deck/model/kind", "?");
+    r.name = text("deck/run/name", fs::path(file).parent_path().filename().string());
+    r.global_batch = integer("deck/optim/global_batch", 0, true);
+    r.micro_batch = integer("deck/optim/micro_batch", 0, false);
+    r.steps = integer("steps", 0, true);
+    r.samples_per_s = field("throughput/samples_per_s", true)->get<double>();
+    const json* step_time = field("throughput/step_time_s", false);
+    r.step_time_s = step_time ? step_time->get<double>()
+                              : (r.samples_per_s > 0 ? static_cast<double>(r.global_batch) / r.samples_per_s : 0);
+    // A resumed run trained only the steps after its checkpoint (step_NNNNNNN.h5).
+    r.steps_run = r.steps;
+    if (const json* from = field("resumed_from", false); from && from->is_string()) {
+      const std::string s = from->get<std::string>();
+      const size_t at = s.rfind("step_");
+      if (at != std::string::npos && at + 5 < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 5])))
+        r.steps_run = r.steps - std::stoll(s.substr(at + 5));
+    }
+    if (const json* times = field("time_s", false); times && times->is_object())
+      for (const auto& [k, v] : times->items())
+        if (v.is_number()) r.phase_s[k] = v.get<double>();
+    if (const json* peak = field("memory/peak_bytes", false)) r.peak_bytes = peak->get<int64_t>();
+    if (const json* state = field("memory/model_state_bytes", false); state && state->is_object())
+      for (const auto& [k, v] : state->items())
+        if (v.is_number()) r.model_state_bytes += v.get<int64_t>();
+  } catch (const json::exception& e) {
+    throw BadInput(fmt::format("report: {}: a field has the wrong type ({})", file, e.what()));
+  }
+  if (r.world < 1) throw BadInput(fmt::format("report: {}: layout.world = {} is not a rank count", file, r.world));
+  if (!(r.step_time_s > 0) || !std::isfinite(r.step_time_s))
+    throw BadInput(
+        fmt::format("report: {}: no step time (throughput.step_time_s and samples_per_s are 0: did the "
+                    "run train any steps?)",
+                    file));
+  return r;
+}
+
+std::vector<std::string> find_reports(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw BadInput(fmt::format("report: {}: no such folder", dir));
+  std::vector<std::string> files;
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->path().filename() == "report.json" && it->is_regular_file()) files.push_back(it->path().string());
+  if (ec) throw BadInput(fmt::format("report: {}: cannot list the folder ({})", dir, ec.message()));
+  if (files.empty()) throw BadInput(fmt::format("report: no report.json under {}", dir));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// ---- the numbers --------------------------------------------------------------------------
+
+Study compute_scaling(std::vector<StudyRun> runs, const std::string& kind) {
+  if (runs.empty()) throw BadInput("report: no runs");
+  if (!kind.empty() && kind != "strong" && kind != "weak")
+    throw BadInput(fmt::format("report: --kind '{}': strong | weak", kind));
+  for (auto& r : runs)
+    r.group = fmt::format("{} pp{} zero{} {} {}/{}", r.model, r.pp, r.zero, r.schedule, r.backend, r.device);
+  std::stable_sort(runs.begin(), runs.end(), [](const StudyRun& a, const StudyRun& b) {
+    return a.group != b.group ? a.group < b.group : a.world < b.world;
+  });
+
+  Study study;
+  study.kind = kind;
+  if (study.kind.empty()) {  // infer it from the batches: strong keeps the global batch, weak the per-rank one
+    bool strong = true, weak = true;
+    for (const auto& r : runs)
+      for (const auto& s : runs) {
+        if (r.group != s.group) continue;
+        strong = strong && r.global_batch == s.global_batch;
+        weak = weak && r.global_batch * s.world == s.global_batch * r.world;
+      }
+    if (!strong && !weak)
+      throw BadInput(
+          "report: the runs keep neither the global batch (strong scaling) nor the batch per rank (weak "
+          "scaling) fixed; say which with --kind strong|weak");
+    study.kind = strong ? "strong" : "weak";
+  }
+
+  for (size_t first = 0; first < runs.size();) {
+    size_t end = first;
+    while (end < runs.size() && runs[end].group == runs[first].group) ++end;
+    StudyRun& base = runs[first];  // the smallest run of the group (sorted by ranks)
+    base.baseline = true;
+    study.baseline_of[base.group] = base.file;
+    const double t0 = base.step_time_s, n0 = base.world;
+    for (size_t i = first; i < end; ++i) {
+      StudyRun& r = runs[i];
+      const double n = r.world, tn = r.step_time_s;
+      r.ideal_speedup = n / n0;
+      if (study.kind == "strong") {
+        r.speedup = t0 / tn;
+        r.efficiency = t0 * n0 / (n * tn);
+      } else {
+        r.efficiency = t0 / tn;
+        r.speedup = r.efficiency * n / n0;
+      }
+    }
+    first = end;
+  }
+  study.runs = std::move(runs);
+  return study;
+}
+
+Study load_study(const std::vector<std::string>& dirs, const std::string& kind) {
+  std::vector<StudyRun> runs;
+  for (const auto& dir : dirs)
+    for (const auto& file : find_reports(dir)) runs.push_back(read_study_run(file));
+  Study study = compute_scaling(std::move(runs), kind);
+  for (const auto& dir : dirs) study.dir += (study.dir.empty() ? "" : ", ") + dir;
+  return study;
+}
+
+// ---- report.md ----------------------------------------------------------------------------
+
+std::string study_markdown(const Study& study) {
+  std::ostringstream md;
+  const std::string title = study.kind == "weak" ? "Weak" : "Strong";
+  md << fmt::format("# {} scaling study\n\n", title);
+  md << fmt::format(
+      "Study folder `{}`: {} run(s). {} scaling: {}. Each group (the layout without the rank count) is "
+      "measured against its baseline, its smallest run (N0 ranks, step time T0).\n",
+      study.dir, study.runs.size(), title, kind_rule(study.kind));
+  const auto phases = phase_order(study);
+  for (size_t first = 0; first < study.runs.size();) {
+    size_t end = first;
+    while (end < study.runs.size() && study.runs[end].group == study.runs[first].group) ++end;
+    const StudyRun& base = study.runs[first];
+    md << fmt::format("\n## {}\n\nBaseline: **{}** ({} rank(s) on {} node(s), step time {:.3f} ms), `{}`\n\n",
+                      base.group, relative_dir(study, base.file), base.world, base.nodes, 1e3 * base.step_time_s,
+                      base.file);
+    md << "| ranks | nodes | layout | global batch | step time (ms) | samples/s | speedup | ideal | efficiency "
+          "| peak memory (MiB) | model state (MiB) | run |\n";
+    md << "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    for (size_t i = first; i < end; ++i) {
+      const StudyRun& r = study.runs[i];
+      md << fmt::format(
+          "| {} | {} | dp {} × pp {}, zero {} | {} | {:.3f} | {:.1f} | {:.2f}{} | {:.2f} | {:.1f}% | {:.1f} "
+          "| {:.2f} | {} |\n",
+          r.world, r.nodes, r.dp, r.pp, r.zero, r.global_batch, 1e3 * r.step_time_s, r.samples_per_s, r.speedup,
+          r.baseline ? " (baseline)" : "", r.ideal_speedup, 100.0 * r.efficiency, mib(r.peak_bytes),
+          mib(r.model_state_bytes), relative_dir(study, r.file));
+    }
+    md << "\nTime by phase (max over ranks): ms per step for the training phases, seconds over the whole run for "
+          "the others.\n\n| ranks | steps run |";
+    for (const auto& p : phases) md << fmt::format(" {} ({}) |", p, per_step(p) ? "ms/step" : "s");
+    md << "\n|---:|---:|";
+    for (size_t k = 0; k < phases.size(); ++k) md << "---:|";
+    md << "\n";
+    for (size_t i = first; i < end; ++i) {
+      const StudyRun& r = study.runs[i];
+      md << fmt::format("| {} | {} |", r.world, r.steps_run);
+      for (const auto& p : phases) {
+        const auto it = r.phase_s.find(p);
+        if (it == r.phase_s.end()) {
+          md << " - |";
+        } else if (per_step(p)) {
+          md << fmt::format(" {:.3f} |", 1e3 * it->second / static_cast<double>(std::max<int64_t>(1, r.steps_run)));
+        } else {
+          md << fmt::format(" {:.3f} |", it->second);
+        }
+      }
+      md << "\n";
+    }
+    first = end;
+  }
+  md << "\nPlot: `report.svg` (speedup and efficiency against ideal). Numbers: `report.csv`.\n";
+  return md.str();
+}
+
+// ---- report.csv ---------------------------------------------------------------------------
+
+std::string study_csv(const Study& study) {
+  const auto phases = phase_order(study);
+  std::ostringstream csv;
+  csv << "group,kind,ranks,nodes,dp,pp,zero,schedule,backend,device,model,global_batch,micro_batch,steps,steps_run,"
+         "step_time_s,samples_per_s,speedup,ideal_speedup,efficiency,baseline,peak_bytes,model_state_bytes";
+  for (const auto& p : phases) csv << ",time_" << p << "_s";
+  csv << ",file\n";
+  for (const auto& r : study.runs) {
+    csv << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.6f},{:.6f},{:.6f},{},{},{}",
+                       csv_field(r.group), study.kind, r.world, r.nodes, r.dp, r.pp, r.zero, csv_field(r.schedule),
+                       csv_field(r.backend), csv_field(r.device), csv_field(r.model), r.global_batch, r.micro_batch,
+                       r.steps, r.steps_run, r.step_time_s, r.samples_per_s, r.speedup, r.ideal_speedup, r.efficiency,
+                       r.baseline ? 1 : 0, r.peak_bytes, r.model_state_bytes);
+    for (const auto& p : phases) {
+      const auto it = r.phase_s.find(p);
+      csv << (it == r.phase_s.end() ? std::string(",") : fmt::format(",{:.9g}", it->second));
+    }
+    csv << "," << csv_field(r.file) << "\n";
+  }
+  return csv.str();
+}
+
+// ---- report.svg: two panels, speedup and efficiency against ranks (log2), ideal dashed -----
+
+std::string study_svg(const Study& study) {
+  const double panel_w = 420, panel_h = 300, left = 60, top = 70, gap = 90, bottom = 50;
+  const double width = left + 2 * panel_w + gap + 30, height = top + panel_h + bottom;
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+
+  std::set<int> ranks;
+  double max_speedup = 1, max_eff = 1;
+  for (const auto& r : study.runs) {
+    ranks.insert(r.world);
+    max_speedup = std::max({max_speedup, r.speedup, r.ideal_speedup});
+    max_eff = std::max(max_eff, r.efficiency);
+  }
+  const double lo = std::log2(*ranks.begin()), hi = std::max(std::log2(*ranks.rbegin()), lo + 1);
+  auto x_of = [&](double panel_x, int n) { return panel_x + 20 + (std::log2(n) - lo) / (hi - lo) * (panel_w - 40); };
+  // Round axis steps (1, 2, 5 x 10^k) with at most 8 ticks; the axis ends on a tick.
+  auto nice_step = [](double top) {
+    double step = std::pow(10.0, std::floor(std::log10(top / 8)));
+    for (double m : {1.0, 2.0, 5.0, 10.0})
+      if (top / (m * step) <= 8) return m * step;
+    return 10 * step;
+  };
+  const double speedup_step = nice_step(max_speedup * 1.05), eff_step = nice_step(std::max(1.1, max_eff * 1.05));
+  const double y_top_speedup = std::ceil(max_speedup * 1.05 / speedup_step) * speedup_step;
+  const double y_top_eff = std::ceil(std::max(1.1, max_eff * 1.05) / eff_step) * eff_step;
+  auto y_of = [&](double v, double top_value) { return top + panel_h - v / top_value * panel_h; };
+
+  std::ostringstream svg;
+  svg << fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n",
+      width, height);
+  svg << fmt::format(
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{:.0f}\" y=\"22\" "
+      "font-size=\"16\" font-weight=\"bold\">{} scaling: {}</text>\n",
+      left, study.kind == "weak" ? "Weak" : "Strong", xml_escape(kind_rule(study.kind)));
+  // Legend: one colour per group; dashed = ideal.
+  std::vector<std::string> groups;
+  for (const auto& r : study.runs)
+    if (groups.empty() || groups.back() != r.group) groups.push_back(r.group);
+  double lx = left;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const char* c = colors[g % 8];
+    svg << fmt::format(
+        "<line x1=\"{0:.0f}\" y1=\"42\" x2=\"{1:.0f}\" y2=\"42\" stroke=\"{2}\" stroke-width=\"2\"/>"
+        "<circle cx=\"{3:.0f}\" cy=\"42\" r=\"3.5\" fill=\"{2}\"/><text x=\"{4:.0f}\" y=\"46\">{5}</text>\n",
+        lx, lx + 24, c, lx + 12, lx + 30, xml_escape(groups[g]));
+    lx += 40 + 7.0 * static_cast<double>(groups[g].size());
+  }
+  svg << fmt::format(
+      "<line x1=\"{0:.0f}\" y1=\"42\" x2=\"{1:.0f}\" y2=\"42\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>"
+      "<text x=\"{2:.0f}\" y=\"46\">ideal</text>\n",
+      lx, lx + 24, lx + 30);
+
+  auto panel = [&](double px, const std::string& label, double top_value, double step, bool speedup) {
+    // frame, grid and y ticks
+    svg << fmt::format(
+        "<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{:.0f}\" height=\"{:.0f}\" fill=\"none\" "
+        "stroke=\"#333\"/>\n",
+        px, top, panel_w, panel_h);
+    const int ticks = static_cast<int>(std::lround(top_value / step));
+    for (int t = 0; t <= ticks; ++t) {
+      const double v = step * t, y = y_of(v, top_value);
+      svg << fmt::format(
+          "<line x1=\"{0:.0f}\" y1=\"{1:.1f}\" x2=\"{2:.0f}\" y2=\"{1:.1f}\" stroke=\"#ddd\"/>"
+          "<text x=\"{3:.0f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+          px, y, px + panel_w, px - 6, y + 4, speedup ? fmt::format("{:.3g}", v) : fmt::format("{:.0f}%", 100 * v));
+    }
+    for (int n : ranks) {
+      const double x = x_of(px, n);
+      svg << fmt::format(
+          "<line x1=\"{0:.1f}\" y1=\"{1:.0f}\" x2=\"{0:.1f}\" y2=\"{2:.0f}\" stroke=\"#eee\"/>"
+          "<text x=\"{0:.1f}\" y=\"{3:.0f}\" text-anchor=\"middle\">{4}</text>\n",
+          x, top, top + panel_h, top + panel_h + 16, n);
+    }
+    svg << fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">ranks (log scale)</text>\n",
+                       px + panel_w / 2, top + panel_h + 34);
+    svg << fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" font-weight=\"bold\">{}</text>\n", px, top - 8, label);
+    // ideal and measured, per group
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::string ideal, measured, dots;
+      for (const auto& r : study.runs) {
+        if (r.group != groups[g]) continue;
+        const double x = x_of(px, r.world);
+        const double v = speedup ? r.speedup : r.efficiency, iv = speedup ? r.ideal_speedup : 1.0;
+        ideal += fmt::format("{:.1f},{:.1f} ", x, y_of(iv, top_value));
+        measured += fmt::format("{:.1f},{:.1f} ", x, y_of(v, top_value));
+        dots += fmt::format(
+            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{} ranks: {}</title>"
+            "</circle>\n",
+            x, y_of(v, top_value), colors[g % 8], r.world,
+            speedup ? fmt::format("speedup {:.2f} (ideal {:.2f})", v, iv) : fmt::format("efficiency {:.1f}%", 100 * v));
+      }
+      svg << fmt::format(
+          "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-opacity=\"0.6\" "
+          "stroke-dasharray=\"5,4\"/>\n",
+          ideal, speedup ? colors[g % 8] : "#555");
+      svg << fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n{}", measured,
+                         colors[g % 8], dots);
+    }
+  };
+  panel(left, "speedup", y_top_speedup, speedup_step, true);
+  panel(left + panel_w + gap, "parallel efficiency", y_top_eff, eff_step, false);
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+std::vector<std::string> write_study(const Study& study, const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, ec.message()));
+  std::vector<std::string> written;
+  auto put = [&](const std::string& name, const std::string& text) {
+    const std::string path = (fs::path(out_dir) / name).string(), tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << text;
+      if (!out) throw BadInput(fmt::format("report: cannot write {}", tmp));
+    }
+    fs::rename(tmp, path);
+    written.push_back(path);
+  };
+  put("report.md", study_markdown(study));
+  put("report.csv", study_csv(study));
+  put("report.svg", study_svg(study));
+  return written;
+}
+
+}  // namespace trident::report

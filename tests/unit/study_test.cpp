@@ -1,0 +1,180 @@
+// trident report: speedup and efficiency from hand-made report.json files, against numbers
+// computed by hand; bad input names the file.
+#include "report/study.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+using trident::BadInput;
+using namespace trident::report;
+
+namespace {
+
+// A scratch folder per test, removed afterwards.
+class StudyReport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("trident_study_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A minimal report.json as trident writes it (only the fields the report reads, plus noise).
+  void run(const std::string& sub, int world, int nodes, double step_time, int64_t global_batch, int pp = 1,
+           const std::string& resumed_from = "") {
+    fs::create_directories(dir_ / sub);
+    std::ofstream(dir_ / sub / "report.json")
+        << "{\"trident_version\": \"0.1.0\", \"deck\": {\"run\": {\"name\": \"" << sub
+        << "\"}, \"model\": {\"kind\": \"mlp\"}, \"optim\": {\"global_batch\": " << global_batch
+        << ", \"micro_batch\": 16}},\n"
+        << " \"layout\": {\"world\": " << world << ", \"nodes\": " << nodes << ", \"dp\": " << world / pp
+        << ", \"pp\": " << pp << ", \"zero\": 0, \"backend\": \"mpi\", \"device\": \"cpu\", \"schedule\": \"1f1b\"},\n"
+        << " \"steps\": 100, \"resumed_from\": "
+        << (resumed_from.empty() ? std::string("null") : "\"" + resumed_from + "\"") << ",\n"
+        << " \"throughput\": {\"samples_per_s\": " << static_cast<double>(global_batch) / step_time
+        << ", \"step_time_s\": " << step_time << ", \"tflops\": null},\n"
+        << " \"time_s\": {\"total\": 12.5, \"forward\": 2.0, \"backward\": 4.0, \"comm_exposed\": 1.0},\n"
+        << " \"memory\": {\"model_state_bytes\": {\"params\": 1048576, \"grads\": 1048576, \"optimizer\": 2097152, "
+           "\"master\": 0}, \"peak_bytes\": 104857600}}\n";
+  }
+  std::string path() const { return dir_.string(); }
+  trident::report::Study load(const std::string& kind) const {
+    return load_study(std::vector<std::string>{path()}, kind);
+  }
+  fs::path dir_;
+};
+
+const StudyRun& run_of(const trident::report::Study& s, int world, int pp = 1) {
+  for (const auto& r : s.runs)
+    if (r.world == world && r.pp == pp) return r;
+  throw std::runtime_error("no run with " + std::to_string(world) + " ranks");
+}
+
+}  // namespace
+
+// Strong scaling, global batch 64 everywhere: T1 = 100 ms, T2 = 60 ms, T4 = 40 ms.
+// speedup T1/TN = 1, 5/3, 5/2; efficiency T1/(N TN) = 1, 5/6, 5/8.
+TEST_F(StudyReport, StrongScalingAgainstTheOneRankRun) {
+  run("ranks_4", 4, 2, 0.040, 64);
+  run("ranks_1", 1, 1, 0.100, 64);
+  run("ranks_2", 2, 1, 0.060, 64);
+  const auto s = load("");
+  EXPECT_EQ(s.kind, "strong");  // inferred: the same global batch
+  ASSERT_EQ(s.runs.size(), 3u);
+  EXPECT_EQ(s.runs[0].world, 1);  // sorted by ranks
+  EXPECT_TRUE(run_of(s, 1).baseline);
+  EXPECT_FALSE(run_of(s, 2).baseline);
+  EXPECT_DOUBLE_EQ(run_of(s, 1).speedup, 1.0);
+  EXPECT_NEAR(run_of(s, 2).speedup, 5.0 / 3.0, 1e-12);
+  EXPECT_NEAR(run_of(s, 4).speedup, 2.5, 1e-12);
+  EXPECT_NEAR(run_of(s, 2).efficiency, 5.0 / 6.0, 1e-12);
+  EXPECT_NEAR(run_of(s, 4).efficiency, 0.625, 1e-12);
+  EXPECT_DOUBLE_EQ(run_of(s, 4).ideal_speedup, 4.0);
+  EXPECT_EQ(run_of(s, 4).nodes, 2);
+  EXPECT_EQ(run_of(s, 4).model_state_bytes, 4 << 20);
+  EXPECT_EQ(run_of(s, 4).peak_bytes, 100 << 20);
+}
+
+// Weak scaling, 32 samples per rank: T1 = 100 ms, T2 = 110 ms, T4 = 125 ms.
+// efficiency T1/TN = 1, 10/11, 4/5; (scaled) speedup N T1/TN = 1, 20/11, 16/5.
+TEST_F(StudyReport, WeakScalingEfficiencyIsT1OverTN) {
+  run("a", 1, 1, 0.100, 32);
+  run("b", 2, 1, 0.110, 64);
+  run("c", 4, 2, 0.125, 128);
+  const auto s = load("");
+  EXPECT_EQ(s.kind, "weak");  // inferred: global batch proportional to ranks
+  EXPECT_NEAR(run_of(s, 2).efficiency, 10.0 / 11.0, 1e-12);
+  EXPECT_NEAR(run_of(s, 4).efficiency, 0.8, 1e-12);
+  EXPECT_NEAR(run_of(s, 2).speedup, 20.0 / 11.0, 1e-12);
+  EXPECT_NEAR(run_of(s, 4).speedup, 3.2, 1e-12);
+}
+
+// The baseline is the smallest run, not necessarily one rank: N0 = 2, T0 = 80 ms; T4 = 50 ms,
+// T8 = 30 ms. speedup 1.6, 8/3 (ideal 2, 4); efficiency 0.8, 2/3. A pipeline run is a group of
+// its own, with itself as baseline.
+TEST_F(StudyReport, BaselineIsTheSmallestRunOfEachLayout) {
+  run("r2", 2, 1, 0.080, 256);
+  run("r4", 4, 2, 0.050, 256);
+  run("r8", 8, 4, 0.030, 256);
+  run("pp/r4", 4, 2, 0.070, 256, 2);
+  const auto s = load("strong");
+  EXPECT_TRUE(run_of(s, 2).baseline);
+  EXPECT_NEAR(run_of(s, 4).speedup, 1.6, 1e-12);
+  EXPECT_NEAR(run_of(s, 8).speedup, 8.0 / 3.0, 1e-12);
+  EXPECT_DOUBLE_EQ(run_of(s, 8).ideal_speedup, 4.0);
+  EXPECT_NEAR(run_of(s, 4).efficiency, 0.8, 1e-12);
+  EXPECT_NEAR(run_of(s, 8).efficiency, 2.0 / 3.0, 1e-12);
+  EXPECT_TRUE(run_of(s, 4, 2).baseline);
+  EXPECT_DOUBLE_EQ(run_of(s, 4, 2).efficiency, 1.0);
+  EXPECT_EQ(s.baseline_of.size(), 2u);
+}
+
+TEST_F(StudyReport, WritesTableCsvAndPlot) {
+  run("ranks_1", 1, 1, 0.100, 64);
+  run("ranks_2", 2, 1, 0.060, 64, 1, "runs/x/checkpoints/step_0000040.h5");  // trained 60 of 100 steps
+  const auto s = load("strong");
+  EXPECT_EQ(run_of(s, 2).steps_run, 60);
+  const auto files = write_study(s, (dir_ / "out").string());
+  ASSERT_EQ(files.size(), 3u);
+  for (const auto& f : files) EXPECT_TRUE(fs::exists(f)) << f;
+
+  const std::string md = study_markdown(s);
+  EXPECT_NE(md.find("Baseline: **ranks_1**"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2 | 1 | dp 2 × pp 1, zero 0 | 64 | 60.000 | 1066.7 | 1.67 | 2.00 | 83.3% |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 2 | 60 | - | 33.333 | 66.667 | 16.667 |"), std::string::npos) << md;  // ms per step
+
+  const std::string csv = study_csv(s);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);  // header + 2 runs
+  EXPECT_NE(csv.find(",1.666667,2.000000,0.833333,0,"), std::string::npos) << csv;
+
+  const std::string svg = study_svg(s);
+  EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+TEST_F(StudyReport, BadInputNamesTheFile) {
+  EXPECT_THROW(load(""), BadInput);  // no report.json at all
+  try {
+    load("");
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("no report.json under"), std::string::npos) << e.what();
+  }
+  run("good", 1, 1, 0.1, 64);
+  fs::create_directories(dir_ / "broken");
+  std::ofstream(dir_ / "broken" / "report.json") << "{\"layout\": {\"world\": 2,";
+  try {
+    load("");
+    FAIL() << "malformed JSON accepted";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find((dir_ / "broken" / "report.json").string() + ": not valid JSON"),
+              std::string::npos)
+        << e.what();
+  }
+  std::ofstream(dir_ / "broken" / "report.json") << "{\"layout\": {\"world\": 2}}";
+  try {
+    load("");
+    FAIL() << "report.json without steps accepted";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("no field 'deck.optim.global_batch'"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(StudyReport, MixedBatchesNeedAKind) {
+  run("a", 1, 1, 0.1, 64);
+  run("b", 2, 1, 0.1, 96);
+  EXPECT_THROW(load(""), BadInput);
+  EXPECT_EQ(load("weak").kind, "weak");
+  EXPECT_THROW(load("medium"), BadInput);
+}
