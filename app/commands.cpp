@@ -41,6 +41,9 @@ int guarded(bool mpi, Body body) {
   } catch (const StoppedBySignal& e) {
     if (rank == 0) std::fprintf(stderr, "trident: %s\n", e.what());
     return kExitStoppedBySignal;
+  } catch (const Diverged& e) {
+    if (rank == 0) std::fprintf(stderr, "trident: error: training diverged at %s\n", e.what());
+    return kExitDiverged;
   } catch (const po::error& e) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s (see --help)\n", e.what());
     return kExitBadInput;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "comm/progress.hpp"
 #include "core/error.hpp"
 
 namespace trident::comm {
@@ -33,19 +34,26 @@ void check_host_contiguous(const at::Tensor& t) {
 
 class MpiWork final : public Work {
  public:
-  explicit MpiWork(MPI_Request request) : request_(request) {}
+  MpiWork(MPI_Request request, Op op) : request_(request), op_(op) {}
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
   bool test() override {
     int done = 0;
+    if (request_ == MPI_REQUEST_NULL) return true;
     MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+    if (done) note_completed(op_);
     return done != 0;
   }
-  void wait() override { MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE)); }
+  void wait() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    OpScope scope(op_);
+    MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+  }
 
  private:
   MPI_Request request_;
+  Op op_;
 };
 
 }  // namespace
@@ -58,6 +66,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
 void MpiCommunicator::all_reduce_sum(at::Tensor& tensor) {
   check_host_contiguous(tensor);
   if (size_ == 1) return;
+  OpScope scope(Op::all_reduce);
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count_of(tensor), mpi_type(tensor), MPI_SUM, comm_));
 }
 
@@ -67,13 +76,14 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce_sum_async(at::Tensor& tensor) 
   if (size_ > 1)
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), count_of(tensor), mpi_type(tensor), MPI_SUM, comm_,
                              &request));
-  return std::make_unique<MpiWork>(request);
+  return std::make_unique<MpiWork>(request, Op::all_reduce);
 }
 
 void MpiCommunicator::reduce_scatter_sum(const at::Tensor& input, at::Tensor& output) {
   check_host_contiguous(input);
   check_host_contiguous(output);
   TRIDENT_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input must hold size() chunks of output");
+  OpScope scope(Op::reduce_scatter);
   MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count_of(output), mpi_type(output),
                                      MPI_SUM, comm_));
 }
@@ -82,6 +92,7 @@ void MpiCommunicator::all_gather(const at::Tensor& input, at::Tensor& output) {
   check_host_contiguous(input);
   check_host_contiguous(output);
   TRIDENT_CHECK(output.numel() == input.numel() * size_, "all_gather: output must hold size() chunks of input");
+  OpScope scope(Op::all_gather);
   MPI_CHECK(MPI_Allgather(input.data_ptr(), count_of(input), mpi_type(input), output.data_ptr(), count_of(input),
                           mpi_type(output), comm_));
 }
@@ -117,6 +128,7 @@ void MpiCommunicator::reduce_scatter_sum_v(const at::Tensor& input, at::Tensor& 
     output.copy_(input);
     return;
   }
+  OpScope scope(Op::reduce_scatter);
   MPI_CHECK(MPI_Reduce_scatter(input.data_ptr(), output.data_ptr(), c.data(), mpi_type(output), MPI_SUM, comm_));
 }
 
@@ -133,17 +145,20 @@ void MpiCommunicator::all_gather_v(const at::Tensor& input, at::Tensor& output, 
   const bool in_place = input.data_ptr() == own;
   if (!in_place) output.narrow(0, displacements[static_cast<size_t>(rank_)], input.numel()).copy_(input);
   if (size_ == 1) return;
+  OpScope scope(Op::all_gather);
   MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, output.data_ptr(), c.data(), displacements.data(),
                            mpi_type(output), comm_));
 }
 
 void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   check_host_contiguous(tensor);
+  OpScope scope(Op::broadcast);
   MPI_CHECK(MPI_Bcast(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), root, comm_));
 }
 
 void MpiCommunicator::send(const at::Tensor& tensor, int peer, int tag) {
   check_host_contiguous(tensor);
+  OpScope scope(Op::send);
   MPI_CHECK(MPI_Send(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), peer, tag, comm_));
 }
 
@@ -151,14 +166,18 @@ std::unique_ptr<Work> MpiCommunicator::send_async(const at::Tensor& tensor, int 
   check_host_contiguous(tensor);
   MPI_Request request = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Isend(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), peer, tag, comm_, &request));
-  return std::make_unique<MpiWork>(request);
+  return std::make_unique<MpiWork>(request, Op::send);
 }
 
 void MpiCommunicator::recv(at::Tensor& tensor, int peer, int tag) {
   check_host_contiguous(tensor);
+  OpScope scope(Op::recv);
   MPI_CHECK(MPI_Recv(tensor.data_ptr(), count_of(tensor), mpi_type(tensor), peer, tag, comm_, MPI_STATUS_IGNORE));
 }
 
-void MpiCommunicator::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
+void MpiCommunicator::barrier() {
+  OpScope scope(Op::barrier);
+  MPI_CHECK(MPI_Barrier(comm_));
+}
 
 }  // namespace trident::comm

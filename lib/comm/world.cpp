@@ -12,7 +12,7 @@ namespace trident::comm {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
-  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   // Errors come back as codes so MPI_CHECK can name rank, host and call.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }

@@ -7,8 +7,8 @@
 
 namespace trident::comm {
 
-// Initialises MPI (MPI_THREAD_FUNNELED is enough: only the main thread calls MPI) on
-// construction and finalises it on destruction. Works under mpiexec (Hydra) and srun --mpi=pmi2.
+// Initialises MPI on construction and finalises it on destruction. MPI_THREAD_MULTIPLE: the
+// fail-fast watchdog thread (comm/watchdog.hpp) sends heartbeats while the main thread trains. Works under mpiexec (Hydra) and srun --mpi=pmi2.
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);

@@ -54,13 +54,23 @@ bool parse_value(const std::string& text, double& out) {
   return true;
 }
 
+bool parse_value(const std::string& text, bool& out) {
+  const std::string t = trim(text);
+  if (t == "true" || t == "on" || t == "yes" || t == "1") out = true;
+  else if (t == "false" || t == "off" || t == "no" || t == "0") out = false;
+  else return false;
+  return true;
+}
+
 std::string to_text(const std::string& v) { return v; }
+std::string to_text(bool v) { return v ? "true" : "false"; }
 std::string to_text(int64_t v) { return std::to_string(v); }
 std::string to_text(double v) { return fmt::format("{}", v); }
 
 const char* type_word(const std::string*) { return "text"; }
 const char* type_word(const int64_t*) { return "integer"; }
 const char* type_word(const double*) { return "number"; }
+const char* type_word(const bool*) { return "true or false"; }
 
 struct FieldAccess {
   FieldInfo info;
@@ -245,6 +255,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.run.max_steps == 0) at_least("run.epochs", static_cast<double>(d.run.epochs), 1);
   at_least("run.log_every", static_cast<double>(d.run.log_every), 1);
   at_least("run.threads", static_cast<double>(d.run.threads), 0);
+  at_least("run.fail_timeout_s", d.run.fail_timeout_s, 0);
   if (one_of("run.device", d.run.device, {"auto", "cpu", "cuda"}) && d.run.device == "cuda" && !env.cuda_available)
     fail("run.device", "'cuda' requested, but this trident was built without CUDA or the node has no GPU");
 

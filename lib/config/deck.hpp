@@ -18,12 +18,15 @@
   X(run, max_steps, int64_t, 0, "optimizer steps to run; 0 = epochs x steps per epoch")         \
   X(run, log_every, int64_t, 50, "steps between progress lines and metrics.jsonl records")      \
   X(run, device, std::string, "auto", "auto | cpu | cuda (auto: cuda when this build and the node have GPUs)") \
-  X(run, threads, int64_t, 0, "intra-op threads per rank; 0 = cores of the node / ranks on the node")
+  X(run, threads, int64_t, 0, "intra-op threads per rank; 0 = cores of the node / ranks on the node") \
+  X(run, fail_timeout_s, double, 30.0,                                                          \
+    "abort the job when a rank is dead or makes no progress for this long (heartbeats); 0 = off")
 
 #define TRIDENT_DECK_DATA(X)                                                                    \
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \
     "HDF5 dataset with groups /train and /test holding inputs and labels")                      \
-  X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread; 0 = read inline")
+  X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread; 0 = read inline") \
+  X(data, check_finite, bool, false, "scan the float inputs for NaN/Inf when opening the dataset")
 
 #define TRIDENT_DECK_MODEL(X)                                                                   \
   X(model, kind, std::string, "cnn", "model from the registry: mlp | cnn")                                               \

@@ -7,7 +7,7 @@
 namespace trident {
 
 // Exit codes of the executable (DESIGN.md "Command line").
-enum ExitCode : int { kExitOk = 0, kExitFault = 1, kExitBadInput = 2, kExitStoppedBySignal = 3 };
+enum ExitCode : int { kExitOk = 0, kExitFault = 1, kExitBadInput = 2, kExitStoppedBySignal = 3, kExitDiverged = 4 };
 
 // Bad input that every rank detects alike (deck, layout, dataset): rank 0 prints the message
 // once and every rank exits 2. Thrown by fatal_all.
@@ -26,6 +26,13 @@ class Fault : public std::runtime_error {
 // Training stopped by SIGUSR1/SIGTERM after a checkpoint was committed: exit code 3, so the job
 // script requeues.
 class StoppedBySignal : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Training produced a non-finite loss or gradient (fp32/bf16: nothing to skip): every rank sees
+// the same global gradient norm, so all stop together, rank 0 names the step, exit code 4.
+class Diverged : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -35,6 +35,7 @@ json deck_json(const config::Deck& deck) {
     json value = text;
     if (f.type == "integer") value = std::stoll(text);
     if (f.type == "number") value = std::stod(text);
+    if (f.type == "true or false") value = text == "true";
     out[f.section][f.key] = value;
   }
   return out;

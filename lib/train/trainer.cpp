@@ -6,12 +6,15 @@
 #include <fstream>
 #include <thread>
 
+#include <cmath>
 #include <csignal>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "parallel/partition.hpp"
+#include "comm/progress.hpp"
+#include "comm/watchdog.hpp"
 #include "comm/world.hpp"
+#include "parallel/partition.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -56,6 +59,7 @@ struct Trainer::State {
   std::string resumed_from;
   int64_t saves = 0;
   double bytes_written = 0, bytes_read = 0, read_seconds = 0;
+  std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
 };
 
 namespace {
@@ -195,8 +199,21 @@ Evaluation evaluate(Trainer::State& s) {
   return {totals[0].item<double>() / n, totals[1].item<double>() / n};
 }
 
+// Fault injection for the watchdog tests: TRIDENT_TEST_STALL=RANK:STEP makes that rank's main
+// thread stop at that step boundary for good (a stuck process whose heartbeat thread lives on).
+void stall_if_asked(int rank, int64_t step) {
+  static const char* spec = std::getenv("TRIDENT_TEST_STALL");
+  if (!spec) return;
+  int stall_rank = -1;
+  long long stall_step = -1;
+  if (std::sscanf(spec, "%d:%lld", &stall_rank, &stall_step) != 2 || stall_rank != rank || stall_step != step) return;
+  std::fprintf(stderr, "trident: test: rank %d stalls after step %lld (TRIDENT_TEST_STALL)\n", rank, stall_step);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 double sum_over(MPI_Comm comm, double local) {
   double out = local;
+  comm::OpScope scope(comm::Op::all_reduce);
   MPI_CHECK(MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_SUM, comm));
   return out;
 }
@@ -214,6 +231,7 @@ std::string eta_text(double seconds) {
 
 double max_over_ranks(MPI_Comm comm, double value) {
   double out = value;
+  comm::OpScope scope(comm::Op::all_reduce);
   MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm));
   return out;
 }
@@ -363,6 +381,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   if (!path.empty()) load_checkpoint(s, path);
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  s.watchdog = std::make_unique<comm::Watchdog>(s.world.comm, deck.run.fail_timeout_s);
 }
 
 Trainer::~Trainer() = default;
@@ -437,6 +456,13 @@ Result Trainer::run() {
         double squares = grads.pow(2).sum().item<double>();
         if (s.grad_sync->sharded()) squares = sum_over(topo.dp_comm(), squares);
         if (topo.pp() > 1) squares = sum_over(topo.pp_comm(), squares);
+        // Every rank has the same global sum, so all stop here together, before the update and
+        // before any checkpoint could store damaged weights.
+        if (!std::isfinite(squares))
+          throw Diverged(fmt::format("step {}: the gradient norm is {} (loss {} on this rank); the parameters "
+                                     "were not updated and no checkpoint was written for this step; lower "
+                                     "optim.lr or check the data (data.check_finite = true)",
+                                     step + 1, std::sqrt(squares), step_loss / static_cast<double>(s.accumulation)));
         grad_norm = optim::clip_by_global_norm(grads, squares, deck.optim.clip_grad_norm);
         s.optimizer->step(params, grads, lr);
         s.grad_sync->after_step();
@@ -460,12 +486,17 @@ Result Trainer::run() {
       }
       // Checkpoint triggers, agreed by every rank at this step boundary: a stop signal, the step
       // count, the clock (rank 0's). One small all-reduce per step.
+      comm::progress().step.store(step + 1, std::memory_order_relaxed);
+      stall_if_asked(s.world.rank, step + 1);
       int flags[2] = {g_stop_signal != 0 ? 1 : 0,
                       s.world.rank == 0 && deck.checkpoint.every_minutes > 0 &&
                               since_save.seconds() >= 60.0 * deck.checkpoint.every_minutes
                           ? 1
                           : 0};
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, s.world.comm));
+      {
+        comm::OpScope scope(comm::Op::all_reduce);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, s.world.comm));
+      }
       const bool by_steps = deck.checkpoint.every_steps > 0 && (step + 1) % deck.checkpoint.every_steps == 0;
       if ((flags[0] || flags[1] || by_steps) && step + 1 < s.total_steps) {
         save_checkpoint(s, step + 1);
@@ -473,6 +504,7 @@ Result Trainer::run() {
       }
       if (flags[0]) {
         if (metrics) metrics.reset();
+        s.watchdog->stop();
         throw StoppedBySignal(fmt::format("stopped by a signal after step {}; checkpoint committed in {}", step + 1,
                                           checkpoint_dir(s)));
       }
@@ -550,6 +582,7 @@ Result Trainer::run() {
       topo.pp() > 1 ? parallel::expected_bubble_fraction(topo.pp(), static_cast<int>(s.accumulation)) : 0.0;
   summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(report::peak_rss_bytes())));
   if (s.world.rank == 0) report::write_report_json(deck.run.output_dir + "/report.json", summary);
+  s.watchdog->stop();
   log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
             s.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, deck.run.output_dir);
   return result;

@@ -1,0 +1,40 @@
+#pragma once
+// What this process's main thread is doing, for the watchdog (comm/watchdog.hpp): how many
+// communication operations it has completed, which one it is blocked in and since when, and
+// the training step. The main thread writes these atomics; the watchdog thread reads them.
+// Cost: two clock reads and a few relaxed stores per operation.
+#include <atomic>
+#include <cstdint>
+
+namespace trident::comm {
+
+enum class Op : int32_t { none = 0, all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier, shutdown };
+const char* op_name(Op op);
+
+struct Progress {
+  std::atomic<int64_t> completed{0};  // operations completed by this process
+  std::atomic<int32_t> last_op{0};    // the most recent one (Op)
+  std::atomic<int32_t> current_op{0}; // the one the main thread is blocked in; Op::none outside
+  std::atomic<int64_t> since_ns{0};   // when the current one started, or the last one ended
+  std::atomic<int64_t> step{0};       // optimizer steps completed
+};
+
+Progress& progress();
+int64_t monotonic_ns();
+
+// Records an operation that completed without blocking (a test() that found it done).
+void note_completed(Op op);
+
+// The main thread is inside a blocking communication operation for the scope's lifetime.
+class OpScope {
+ public:
+  explicit OpScope(Op op);
+  ~OpScope();
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  Op op_;
+};
+
+}  // namespace trident::comm

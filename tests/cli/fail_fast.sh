@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# fail_fast.sh TRIDENT MPIEXEC: a rank that dies or stops making progress takes a 2-rank run
+# down within run.fail_timeout_s (here 5 s), with a message naming the rank and every rank's
+# last completed operation, and nothing is left running:
+#   stopped  SIGSTOP to rank 1 (the whole process frozen: no heartbeats)
+#   stalled  rank 1's main thread stuck at step 30 (TRIDENT_TEST_STALL), its heartbeat alive
+#   killed   SIGKILL to rank 1 (Hydra ends the job itself, at once)
+source "$(dirname "$0")/common.sh" "$1" "$2" 4096
+timeout_s=5
+args=(--set data.path=syn.h5 --set run.max_steps=1000000 --set run.log_every=10 --set run.threads=1
+      --set optim.global_batch=64 --set optim.micro_batch=16 --set model.kind=mlp --set data.prefetch=0
+      --set "run.fail_timeout_s=$timeout_s")
+marker=failfast_$$
+cleanup() { pkill -KILL -f "run.name=$marker" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+# The pid of this test's rank with PMI_RANK=$1 (mpiexec passes it in the environment).
+rank_pid() {
+  for p in $(pgrep -f "^$trident train .*run.name=$marker"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PMI_RANK=$1" && { echo "$p"; return; }
+  done
+}
+
+# run CASE SIGNAL [ENV...]: starts the job, waits for step 20, sends SIGNAL to rank 1 (unless
+# "none"), and sets rc and seconds (from the signal to the launcher's exit).
+run() {
+  local name=$1 signal=$2
+  shift 2
+  env "$@" "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set "run.output_dir=runs/$name" \
+    --set "run.name=$marker" >"$name.log" 2>&1 &
+  local launcher=$!
+  for _ in $(seq 600); do grep -q "step 20/" "$name.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "step 20/" "$name.log" || fail "$name: the run did not reach step 20: $(tail -3 "$name.log")"
+  local start=$(date +%s.%N)
+  if [ "$signal" != none ]; then
+    local pid=$(rank_pid 1)
+    [ -n "$pid" ] || fail "$name: rank 1 not found"
+    kill "-$signal" "$pid"
+  fi
+  set +e
+  wait "$launcher"
+  rc=$?
+  set -e
+  seconds=$(echo "$(date +%s.%N) - $start" | bc)
+  echo "$name: exit code $rc after $seconds s"
+  [ "$rc" != 0 ] || fail "$name: the job exited 0"
+  [ "$(echo "$seconds < 30" | bc)" = 1 ] || fail "$name: took $seconds s (limit 30)"
+  sleep 0.5
+  [ -z "$(pgrep -f "run.name=$marker")" ] || fail "$name: processes left running: $(pgrep -af "run.name=$marker")"
+}
+
+run stopped STOP
+grep -q "rank 1 on .* stopped responding: no heartbeat for [5-9]\.[0-9] s" stopped.log \
+  || fail "stopped: no message naming rank 1: $(grep error stopped.log)"
+grep -q "Last completed operation of every rank" stopped.log || fail "stopped: no per-rank summary"
+grep -Eq "^  rank 1 on .*: step [0-9]+, [0-9]+ operations completed" stopped.log || fail "stopped: rank 1 not listed"
+[ "$(grep -c 'fail-fast watchdog' stopped.log)" = 1 ] || fail "stopped: the message is not printed exactly once"
+
+run stalled none TRIDENT_TEST_STALL=1:30
+grep -q "rank 1 on .* made no progress for more than $timeout_s s outside communication" stalled.log \
+  || fail "stalled: no message naming rank 1: $(grep error stalled.log)"
+grep -Eq "^  rank 1 on .*: step 30, .* computing for" stalled.log || fail "stalled: rank 1's state not shown"
+
+run killed KILL
+echo PASS
