@@ -8,6 +8,8 @@ packages=(
   mpich libmpich-dev libhdf5-mpich-dev      # MPI and parallel HDF5 built on it
   libboost-program-options-dev libgtest-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
   dataset-fashion-mnist                     # the real data set, /usr/share/datasets/fashion-mnist
+  slurmctld slurmd slurm-client munge       # tests/slurm starts a real 2-node SLURM cluster on this machine
+  lmod                                      # tests/slurm/module_load.sh: module load trident
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,109 @@
+# shellcheck shell=bash
+# Sourced by the slurm tests:  source common.sh STATE_DIR SOURCE_DIR TRIDENT NAME
+# Connects to the cluster that cluster.sh started in STATE_DIR (the CTest fixture), makes a
+# scratch folder WORK (kept when the test fails, for its job logs), a tiny synthetic dataset
+# syn.h5 in it, and the helpers below. Jobs are polled with scontrol (not `sbatch --wait`, whose
+# polls come 2, 10, 42 s after submit).
+set -euo pipefail
+# shellcheck disable=SC2034  # src is for the scripts that source this
+state=$1 src=$2 trident=$3 name=$4
+[ -s "$state/env.sh" ] || { echo "FAIL: no SLURM cluster in $state (the slurm_cluster_start fixture failed?)"; exit 1; }
+# shellcheck disable=SC1091
+source "$state/env.sh"
+timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP' \
+  || { echo "FAIL: slurmctld of $state does not answer ($SLURM_CONF)"; exit 1; }
+work=$state/../work/$name
+rm -rf "$work"
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+cd "$work"
+t_start=$SECONDS
+
+finish() {
+  local rc=$?
+  if [ $rc = 0 ]; then
+    rm -rf "$work"
+  else
+    echo "(job logs and runs kept in $work; cluster logs in $state/log)"
+  fi
+}
+trap finish EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+elapsed() { echo "$((SECONDS - t_start)) s"; }
+
+# A small synthetic dataset: 4 classes of 1x16x16 images.
+"$trident" prepare-data synthetic --out syn.h5 --train 4096 --test 256 --classes 4 --shape 1x16x16 >/dev/null
+
+# A tiny training run (the mlp), as --set overrides of the empty deck /dev/null.
+tiny_args() {  # max_steps
+  echo /dev/null --set model.kind=mlp --set model.hidden=64 --set "data.path=$work/syn.h5" \
+    --set "run.max_steps=$1" --set run.log_every=20 --set run.threads=1 --set data.prefetch=0 \
+    --set optim.global_batch=64 --set optim.micro_batch=16
+}
+
+field() {  # job field: the value of FIELD= in `scontrol show job -o`
+  { timeout 10 scontrol show job -o "$1" 2>/dev/null || true; } | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
+}
+
+show_job() {  # what a failing test prints about a job
+  echo "--- scontrol show job $1"
+  timeout 10 scontrol show job "$1" 2>&1 | sed 's/^/    /'
+  local out; out=$(field "$1" StdOut)
+  if [ -n "$out" ] && [ -f "$out" ]; then
+    echo "--- $out (last 30 lines)"
+    tail -n 30 "$out" | sed 's/^/    /'
+  fi
+}
+
+# wait_job ID SECONDS: until the job has ended; prints its final state. Fails on a timeout or a
+# dependency that can never be satisfied.
+wait_job() {
+  local id=$1 limit=$2 s reason deadline=$((SECONDS + $2))
+  while :; do
+    s=$(field "$id" JobState)
+    case $s in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | PREEMPTED | BOOT_FAIL | DEADLINE)
+        echo "$s"
+        return 0
+        ;;
+    esac
+    reason=$(field "$id" Reason)
+    if [ "$reason" = DependencyNeverSatisfied ]; then
+      show_job "$id" >&2
+      fail "job $id can never start (DependencyNeverSatisfied)"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      show_job "$id" >&2
+      fail "job $id still '$s' after $limit s"
+    fi
+    sleep 0.5
+  done
+}
+
+expect_completed() {  # ID SECONDS [what]
+  local s
+  s=$(wait_job "$1" "$2")
+  if [ "$s" != COMPLETED ] || [ "$(field "$1" ExitCode)" != 0:0 ]; then
+    show_job "$1"
+    fail "${3:-job $1} ended $s with exit code $(field "$1" ExitCode)"
+  fi
+}
+
+wait_for_line() {  # FILE REGEX SECONDS: until FILE has a line matching REGEX
+  local deadline=$((SECONDS + $3))
+  until grep -qE "$2" "$1" 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] || fail "no line '$2' in $1 after $3 s"
+    sleep 0.1
+  done
+}
+
+json_int() {  # FILE KEY: the first integer value of "KEY" in a JSON file (report.json is indented)
+  grep -o "\"$2\": *-\?[0-9]*" "$1" | head -1 | sed 's/.*: *//'
+}
+
+final_loss() {  # metrics.jsonl STEP: the full-precision loss logged at STEP
+  grep "\"step\":$2[,}]" "$1" | tail -1 | grep -o '"loss":[0-9.e+-]*' | sed 's/"loss"://'
+}

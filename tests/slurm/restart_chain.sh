@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# restart_chain.sh STATE SOURCE_DIR TRIDENT: jobs/restart_chain.sh -n 3. The first link is
+# stopped by SIGUSR1 (as a time limit's warning signal would), checkpoints and exits 3 without
+# requeueing; the second link (afterany) resumes and finishes; the third is cancelled.
+source "$(dirname "$0")/common.sh" "$1" "$2" "$3" restart_chain
+export TRIDENT=$trident
+steps=4000
+# shellcheck disable=SC2046
+mapfile -t ids < <("$src/jobs/restart_chain.sh" -n 3 --ntasks-per-node=1 --output="$work/chain-%j.out" \
+                     -- $(tiny_args $steps) --set run.output_dir="$work/run")
+[ ${#ids[@]} = 3 ] || fail "restart_chain.sh printed ${#ids[@]} job ids, expected 3"
+echo "chain ${ids[*]}"
+wait_for_line "$work/chain-${ids[0]}.out" "step 20/$steps" 60
+scancel --signal=USR1 --batch "${ids[0]}"
+s=$(wait_job "${ids[0]}" 60)
+[ "$s" = FAILED ] && [ "$(field "${ids[0]}" ExitCode)" = 3:0 ] \
+  || { show_job "${ids[0]}"; fail "link 1 ended $s $(field "${ids[0]}" ExitCode), expected exit 3"; }
+expect_completed "${ids[1]}" 120 "link 2"
+grep -q "resuming from $work/run/checkpoints/step_" "$work/chain-${ids[1]}.out" || { show_job "${ids[1]}"; fail "link 2 did not resume"; }
+s=$(wait_job "${ids[2]}" 30)
+[ "$s" = CANCELLED ] || { show_job "${ids[2]}"; fail "link 3 ended $s, expected CANCELLED by link 2"; }
+[ -n "$(final_loss "$work/run/metrics.jsonl" $steps)" ] || fail "the chain did not reach step $steps"
+echo "link 1 exit 3, link 2 resumed and finished, link 3 cancelled, after $(elapsed)"
+echo PASS
