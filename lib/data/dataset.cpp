@@ -52,6 +52,28 @@ SplitReader::SplitReader(const std::string& path, const std::string& split) : pa
   HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &classes));
   if (classes < 2) bad(fmt::format("attribute 'classes' = {} (must be >= 2)", classes));
   classes_ = classes;
+
+  // Labels are small (8 bytes a sample): all of them are checked once, here.
+  std::vector<int64_t> all(static_cast<size_t>(size_));
+  HDF5_CHECK(H5Dread(labels_, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));
+  const auto outside = std::find_if(all.begin(), all.end(), [&](int64_t l) { return l < 0 || l >= classes_; });
+  if (outside != all.end())
+    bad(fmt::format("/{}/labels: label {} of sample {} is outside [0, {}) (attribute 'classes')", split, *outside,
+                    outside - all.begin(), classes_));
+}
+
+std::string SplitReader::find_non_finite(int64_t begin, int64_t end) {
+  if (inputs_are_bytes_) return "";
+  constexpr int64_t kChunk = 1024;
+  for (int64_t first = begin; first < end; first += kChunk) {
+    at::Tensor inputs;
+    read_range(first, std::min(end, first + kChunk), &inputs, nullptr);
+    const at::Tensor bad_rows = inputs.isfinite().logical_not().flatten(1).any(1).nonzero();
+    if (bad_rows.numel() > 0)
+      return fmt::format("data.path {}: /{}/inputs sample {} holds NaN or Inf (data.check_finite)", path_, split_,
+                         first + bad_rows[0][0].item<int64_t>());
+  }
+  return "";
 }
 
 void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels) {

@@ -3,7 +3,8 @@
 //   /<split>/inputs  N x ... (uint8 scaled to [0, 1], or float32 as stored)
 //   /<split>/labels  N integers in [0, classes)
 //   root attribute "classes".
-// Reads only the rows asked for, through HDF5 hyperslab selections.
+// Reads only the rows asked for, through HDF5 hyperslab selections. Opening checks the layout,
+// the types and that every label is in [0, classes).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -29,6 +30,8 @@ class SplitReader {
   // nothing, the last stage only labels).
   void read(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
   void read_range(int64_t begin, int64_t end, at::Tensor* inputs, at::Tensor* labels);
+  // The first sample in [begin, end) whose inputs hold NaN or Inf, as a message; "" if none.
+  std::string find_non_finite(int64_t begin, int64_t end);
 
  private:
   std::string path_, split_;

@@ -88,6 +88,12 @@ void open_dataset(Trainer::State& s) {
                           s.deck.data.path, s.train_split->size(), needed);
     else if (s.test_split->sample_shape() != s.train_split->sample_shape())
       error = fmt::format("data.path {}: /test samples differ in shape from /train samples", s.deck.data.path);
+    // Each rank scans its share of both splits.
+    for (auto* split : {s.train_split.get(), s.test_split.get()}) {
+      if (!error.empty() || !s.deck.data.check_finite) break;
+      const int64_t n = split->size(), r = s.world.rank, w = s.world.size;
+      error = split->find_non_finite(n * r / w, n * (r + 1) / w);
+    }
   } catch (const BadInput& e) {
     error = e.what();
   }

@@ -1,0 +1,112 @@
+// Makes the damaged inputs the bad-input tests feed to trident (tests/cli):
+//   trident_make_bad_inputs datasets DIR        small HDF5 datasets, each wrong in one way
+//   trident_make_bad_inputs format-version CKPT N
+//                                               rewrites a checkpoint's format version (with a
+//                                               matching metadata checksum, so only the version
+//                                               is wrong)
+// HDF5 C API only: no LibTorch in this tool.
+#include <hdf5.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "data/hdf5_file.hpp"
+
+namespace {
+
+using trident::data::Hid;
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "make_bad_inputs: %s\n", message.c_str());
+  std::exit(1);
+}
+
+void check(bool ok, const std::string& what) {
+  if (!ok) die(what + " failed");
+}
+
+void write(hid_t file, const std::string& name, const std::vector<hsize_t>& dims, hid_t type, const void* data) {
+  Hid space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  Hid dataset(H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  check(dataset.valid(), "H5Dcreate2 " + name);
+  check(H5Dwrite(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, "H5Dwrite " + name);
+}
+
+// One dataset of `n` samples of 1x4x4 floats, 4 classes, then `damage` applied.
+struct Spec {
+  std::string name;
+  int64_t n = 256;
+  bool labels = true, flat_inputs = false, int_inputs = false;
+  int64_t bad_label_at = -1, nan_at = -1;
+};
+
+void make_dataset(const std::string& dir, const Spec& spec) {
+  const std::string path = dir + "/" + spec.name + ".h5";
+  Hid file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  check(file.valid(), "H5Fcreate " + path);
+  trident::data::write_int_attribute(file, "classes", 4);
+  for (const char* split : {"train", "test"}) {
+    Hid group(H5Gcreate2(file, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    const auto n = static_cast<hsize_t>(spec.n);
+    std::vector<float> inputs(n * 16);
+    std::vector<int64_t> labels(n);
+    for (hsize_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<int64_t>(i % 4);
+      for (hsize_t j = 0; j < 16; ++j) inputs[i * 16 + j] = static_cast<float>(labels[i]) + 0.01f * static_cast<float>(j);
+    }
+    if (spec.bad_label_at >= 0) labels[static_cast<size_t>(spec.bad_label_at)] = 7;
+    if (spec.nan_at >= 0) inputs[static_cast<size_t>(spec.nan_at) * 16 + 3] = std::nanf("");
+    const std::string g = std::string("/") + split;
+    if (spec.flat_inputs) {
+      write(file, g + "/inputs", {n}, H5T_NATIVE_FLOAT, inputs.data());
+    } else if (spec.int_inputs) {
+      std::vector<int32_t> ints(inputs.begin(), inputs.end());
+      write(file, g + "/inputs", {n, 1, 4, 4}, H5T_NATIVE_INT32, ints.data());
+    } else {
+      write(file, g + "/inputs", {n, 1, 4, 4}, H5T_NATIVE_FLOAT, inputs.data());
+    }
+    if (spec.labels) write(file, g + "/labels", {n}, H5T_NATIVE_INT64, labels.data());
+  }
+}
+
+void set_format_version(const std::string& path, const std::string& version) {
+  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+  check(file.valid(), "H5Fopen " + path);
+  std::string meta = trident::data::read_string_attribute(file, "meta");
+  const std::string key = "format_version=";
+  const auto at = meta.find(key);
+  if (at == std::string::npos) die(path + ": no format_version in its metadata");
+  meta.replace(at + key.size(), meta.find('\n', at) - at - key.size(), version);
+  trident::data::write_string_attribute(file, "meta", meta);
+  trident::data::write_int_attribute(
+      file, "meta_crc32",
+      static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(meta.data()), static_cast<uInt>(meta.size()))));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "datasets" && argc == 3) {
+    const std::string dir = argv[2];
+    make_dataset(dir, {"good"});
+    make_dataset(dir, {"missing_labels", 256, false});
+    make_dataset(dir, {"flat_inputs", 256, true, true});
+    make_dataset(dir, {"int_inputs", 256, true, false, true});
+    make_dataset(dir, {"label_out_of_range", 256, true, false, false, 100});
+    make_dataset(dir, {"too_few_samples", 24});
+    make_dataset(dir, {"nan_input", 256, true, false, false, -1, 77});
+    return 0;
+  }
+  if (mode == "format-version" && argc == 4) {
+    set_format_version(argv[2], argv[3]);
+    return 0;
+  }
+  std::fprintf(stderr, "usage: %s datasets DIR | format-version CHECKPOINT N\n", argv[0]);
+  return 2;
+}
