@@ -44,6 +44,9 @@ int guarded(bool mpi, Body body) {
   } catch (const Diverged& e) {
     if (rank == 0) std::fprintf(stderr, "trident: error: training diverged at %s\n", e.what());
     return kExitDiverged;
+  } catch (const AgreedFault& e) {
+    if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", e.what());
+    return kExitFault;
   } catch (const po::error& e) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s (see --help)\n", e.what());
     return kExitBadInput;

@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 
+#include "comm/world.hpp"
 #include "core/error.hpp"
 #include "data/hdf5_file.hpp"
 #include "data/prepare.hpp"
@@ -21,6 +22,15 @@ namespace trident::checkpoint {
 
 namespace fs = std::filesystem;
 using data::Hid;
+
+namespace {
+// The innermost entry of an HDF5 error stack: the system's reason ("No space left on device").
+std::string innermost(const std::string& stack) {
+  std::string text = stack.substr(0, stack.find(" (H5"));
+  std::replace(text.begin(), text.end(), '\n', ' ');  // MPI-IO's error strings span lines
+  return text;
+}
+}  // namespace
 
 namespace {
 
@@ -202,6 +212,10 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
   };
   std::vector<std::string> names;
   std::vector<Record> mine;
+  // This rank's own writes may fail (disk full, quota) while the others' succeed: the failure is
+  // kept, not thrown, until every rank has reached the same point, so no rank is left waiting in
+  // a collective HDF5 call the failed one never makes.
+  std::string write_error;
   auto write = [&](const std::string& path, const std::vector<int64_t>& shape, int64_t lo, int64_t hi,
                    const at::Tensor& source) {
     std::vector<hsize_t> dims(shape.begin(), shape.end());
@@ -211,7 +225,9 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
     Hid file_space = select_range(dataset, static_cast<hsize_t>(lo), static_cast<hsize_t>(hi));
     Hid mem = memory_space(static_cast<hsize_t>(hi - lo));
     const at::Tensor data = hi > lo ? source.contiguous() : at::zeros({1}, at::kFloat);
-    if (hi > lo) HDF5_CHECK(H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, transfer, data.data_ptr()));
+    if (hi > lo && write_error.empty() &&
+        H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, transfer, data.data_ptr()) < 0)
+      write_error = fmt::format("{}: writing {} failed: {}", who(), path, innermost(hdf5_error_text()));
     if (hi > lo) mine.push_back({static_cast<int64_t>(names.size()), lo, hi, crc_of(data)});
     names.push_back(path);
   };
@@ -268,8 +284,26 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
   data::write_string_attribute(file, "deck", meta.deck);
   data::write_int_attribute(file, "meta_crc32", static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()),
                                                                              static_cast<uInt>(text.size()))));
-  HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+  if (write_error.empty() && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
+    write_error = fmt::format("{}: flushing failed: {}", who(), innermost(hdf5_error_text()));
+  const std::string failure = comm::first_error(comm, write_error);
+  if (!failure.empty() && rank == 0) {
+    // HDF5 cannot close a file whose final flush fails (its handle is left broken and crashes at
+    // exit): give the data blocks back first, so the close only writes a little metadata.
+    std::error_code ignored;
+    fs::resize_file(tmp_path, 0, ignored);
+  }
+  if (!failure.empty()) MPI_CHECK(MPI_Barrier(comm));
   file.reset();  // collective close: every rank's data is in the file
+  if (!failure.empty()) {
+    H5Eclear2(H5E_DEFAULT);
+    MPI_CHECK(MPI_Barrier(comm));
+    std::error_code ignored;
+    if (rank == 0) fs::remove(tmp_path, ignored);  // the last good checkpoint stays
+    throw AgreedFault(fmt::format("checkpoint of step {} not saved: {}. Removed {}; the previous checkpoint and "
+                                  "'latest' are unchanged. Free space in {} and resume with --resume auto",
+                                  meta.step, failure, tmp_path, dir));
+  }
 
   // Fault injection for the tests: TRIDENT_TEST_KILL_DURING_SAVE=STEP kills every rank after the
   // file is written but before it is committed, as a node failure or scancel -s KILL would.

@@ -1,5 +1,6 @@
 #include "comm/world.hpp"
 
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,9 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
+  // HDF5 closes what is still open at exit, after MPI is gone: a parallel file whose close failed
+  // (a checkpoint that hit a full disk) would then crash in MPI calls. Close it while MPI lives.
+  H5close();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -61,19 +65,24 @@ World World::from(MPI_Comm comm) {
   return w;
 }
 
-void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
+std::string first_error(MPI_Comm comm, const std::string& local_error) {
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   const int mine = local_error.empty() ? INT_MAX : rank;
   int first = INT_MAX;
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == INT_MAX) return;
+  if (first == INT_MAX) return "";
   int length = static_cast<int>(local_error.size());
   MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, comm));
   std::string message = local_error;
   message.resize(static_cast<size_t>(length));
   MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first, comm));
-  throw BadInput(message);
+  return message;
+}
+
+void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
+  const std::string message = first_error(comm, local_error);
+  if (!message.empty()) throw BadInput(message);
 }
 
 }  // namespace trident::comm

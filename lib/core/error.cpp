@@ -51,12 +51,15 @@ herr_t collect_hdf5_error(unsigned n, const H5E_error2_t* err, void* out) {
 }
 }  // namespace
 
-void fail_hdf5(const char* call, const char* file, int line) {
+std::string hdf5_error_text() {
   std::string stack;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_hdf5_error, &stack);
   H5Eclear2(H5E_DEFAULT);
-  fatal_one(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
-            (stack.empty() ? "no HDF5 error message" : stack));
+  return stack.empty() ? "no HDF5 error message" : stack;
+}
+
+void fail_hdf5(const char* call, const char* file, int line) {
+  fatal_one(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + hdf5_error_text());
 }
 
 }  // namespace trident

@@ -37,6 +37,13 @@ class Diverged : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A fault every rank knows about (the ranks agreed on it, e.g. a checkpoint write that failed on
+// one of them): rank 0 prints it once, every rank exits 1; no MPI_Abort needed.
+class AgreedFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 [[noreturn]] void fatal_all(const std::string& message);
 [[noreturn]] void fatal_one(const std::string& message);
 
@@ -46,6 +53,8 @@ void set_identity(int rank, const std::string& host);
 
 [[noreturn]] void fail_mpi(int code, const char* call, const char* file, int line);
 [[noreturn]] void fail_hdf5(const char* call, const char* file, int line);
+// HDF5's error stack as one line (innermost first), then cleared.
+std::string hdf5_error_text();
 
 }  // namespace trident
 
