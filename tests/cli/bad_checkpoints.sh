@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# bad_checkpoints.sh TRIDENT MPIEXEC MAKE_BAD_INPUTS: resuming from a checkpoint that does not
+# fit is bad input: exit 2, one message naming the file (and tensor), and the run folder it was
+# asked to continue is left exactly as it was (every file's checksum compared).
+#   other_shape    written by mlp 256,128, resumed by mlp 64
+#   other_version  format version rewritten to 99 (metadata checksum kept valid)
+#   corrupt        bytes in the middle of a tensor overwritten
+#   truncated      the file cut in half
+source "$(dirname "$0")/common.sh" "$1" "$2" 2048
+make_bad=$3
+args=(--set data.path=syn.h5 --set run.max_steps=4 --set run.threads=1 --set optim.global_batch=64
+      --set optim.micro_batch=16 --set model.kind=mlp --set run.output_dir=runs/src)
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" >src.log 2>&1 || fail "training failed: $(tail -3 src.log)"
+good=runs/src/checkpoints/step_0000004.h5
+cp "$good" other_version.h5 && "$make_bad" format-version other_version.h5 99
+cp "$good" corrupt.h5
+size=$(stat -c %s "$good")
+printf 'trident-damage-%.0s' $(seq 64) | dd of=corrupt.h5 bs=1 seek=$((size / 2)) conv=notrunc status=none
+head -c $((size / 2)) "$good" >truncated.h5
+snapshot() { find runs/src -type f -print0 | sort -z | xargs -0 md5sum; }
+before=$(snapshot)
+
+expect_bad() {  # NAME REGEX ARGS...
+  local name=$1 regex=$2
+  shift 2
+  set +e
+  "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "$@" >"$name.log" 2>&1
+  local rc=$?
+  set -e
+  grep "trident: error" "$name.log" | cut -c1-240
+  [ "$rc" = 2 ] || fail "$name: exit code $rc, expected 2: $(tail -3 "$name.log")"
+  [ "$(grep -c 'trident: error' "$name.log")" = 1 ] || fail "$name: the error is not printed exactly once"
+  grep -Eq "$regex" "$name.log" || fail "$name: no message matching /$regex/"
+  [ "$(snapshot)" = "$before" ] || fail "$name: the run folder changed"
+}
+expect_bad other_shape "checkpoint .*step_0000004.h5: .*fc1.*shape" --set model.hidden=64 --resume "$good"
+expect_bad other_version "checkpoint other_version.h5: format version 99 \(this trident reads version [0-9]+\)" \
+  --resume other_version.h5
+expect_bad corrupt "checkpoint corrupt.h5: .*(checksum|damaged)" --resume corrupt.h5
+expect_bad truncated "checkpoint truncated.h5: .*(truncated|damaged)" --resume truncated.h5
+echo PASS
