@@ -10,6 +10,7 @@ packages=(
   dataset-fashion-mnist                     # the real data set, /usr/share/datasets/fashion-mnist
   slurmctld slurmd slurm-client munge       # tests/slurm starts a real 2-node SLURM cluster on this machine
   lmod                                      # tests/slurm/module_load.sh: module load trident
+  clang-14 libclang-rt-14-dev               # tests/fuzz: libFuzzer with ASan + UBSan
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The tests, from a fresh Debian 12 machine: install, build with warnings as errors, run CTest
-# (unit, MPI at np 1/2/4, CLI). GPU tests skip where no GPU is visible.
+# (unit, MPI at np 1/2/4, CLI, a real SLURM cluster, 60 s of deck fuzzing), then the unit and MPI
+# tests again under ASan + UBSan (scripts/sanitize.sh; TRIDENT_SKIP_SANITIZERS=1 skips that).
+# GPU tests skip where no GPU is visible.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRESET=ci bash scripts/build.sh
 ctest --preset ci -j "$(nproc)" "$@"
+[ "${TRIDENT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/sanitize.sh

@@ -196,8 +196,10 @@ Deck parse_deck_text(const std::string& text, const std::string& source,
 
   // ${name} / ${run.name} in output_dir: one run folder per named run.
   for (const std::string token : {"${name}", "${run.name}"}) {
+    // Searching on after the inserted name: a name that itself contains "${name}" (found by
+    // tests/fuzz) would otherwise expand forever.
     for (auto pos = deck.run.output_dir.find(token); pos != std::string::npos;
-         pos = deck.run.output_dir.find(token))
+         pos = deck.run.output_dir.find(token, pos + deck.run.name.size()))
       deck.run.output_dir.replace(pos, token.size(), deck.run.name);
   }
   return deck;

@@ -136,3 +136,9 @@ TEST(Deck, MissingFile) {
                 .find("/no/such/deck.ini: cannot open the file"),
             std::string::npos);
 }
+
+// Found by tests/fuzz: a run name containing "${name}" once expanded forever.
+TEST(Deck, NameContainingThePlaceholderExpandsOnce) {
+  const auto deck = config::parse_deck_text("[run]\nname = a${name}b\noutput_dir = x/${name}/${name}\n", "t.ini", {});
+  EXPECT_EQ(deck.run.output_dir, "x/a${name}b/a${name}b");
+}
