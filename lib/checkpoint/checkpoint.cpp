@@ -284,9 +284,14 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
   data::write_string_attribute(file, "deck", meta.deck);
   data::write_int_attribute(file, "meta_crc32", static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()),
                                                                              static_cast<uInt>(text.size()))));
-  if (write_error.empty() && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
-    write_error = fmt::format("{}: flushing failed: {}", who(), innermost(hdf5_error_text()));
-  const std::string failure = comm::first_error(comm, write_error);
+  // Agreed before the flush too: H5Fflush is collective, a rank that skipped it would hang the rest.
+  std::string failure = comm::first_error(comm, write_error);
+  if (failure.empty()) {
+    std::string flush_error;
+    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
+      flush_error = fmt::format("{}: flushing failed: {}", who(), innermost(hdf5_error_text()));
+    failure = comm::first_error(comm, flush_error);
+  }
   if (!failure.empty() && rank == 0) {
     // HDF5 cannot close a file whose final flush fails (its handle is left broken and crashes at
     // exit): give the data blocks back first, so the close only writes a little metadata.
