@@ -90,7 +90,8 @@ void print_usage() {
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
       "  trident --version | --help\n\n"
       "exit codes: 0 success, 2 bad input (deck, dataset, layout, checkpoint; one message), 3 stopped by\n"
-      "SIGUSR1/SIGTERM after a checkpoint was committed (requeue me), 1 a fault (the job aborts)\n",
+      "SIGUSR1/SIGTERM after a checkpoint was committed (requeue me), 4 training diverged (NaN/Inf gradient),\n"
+      "1 a fault (the job aborts) or a checkpoint that could not be written\n",
       TRIDENT_VERSION);
 }
 

@@ -30,9 +30,6 @@ std::string innermost(const std::string& stack) {
   std::replace(text.begin(), text.end(), '\n', ' ');  // MPI-IO's error strings span lines
   return text;
 }
-}  // namespace
-
-namespace {
 
 // ---- selections of a flat element range in an N-d dataspace ---------------------------------
 
@@ -292,23 +289,21 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
       flush_error = fmt::format("{}: flushing failed: {}", who(), innermost(hdf5_error_text()));
     failure = comm::first_error(comm, flush_error);
   }
-  if (!failure.empty() && rank == 0) {
+  if (!failure.empty()) {
     // HDF5 cannot close a file whose final flush fails (its handle is left broken and crashes at
     // exit): give the data blocks back first, so the close only writes a little metadata.
     std::error_code ignored;
-    fs::resize_file(tmp_path, 0, ignored);
-  }
-  if (!failure.empty()) MPI_CHECK(MPI_Barrier(comm));
-  file.reset();  // collective close: every rank's data is in the file
-  if (!failure.empty()) {
+    if (rank == 0) fs::resize_file(tmp_path, 0, ignored);
+    MPI_CHECK(MPI_Barrier(comm));
+    file.reset();  // collective close
     H5Eclear2(H5E_DEFAULT);
     MPI_CHECK(MPI_Barrier(comm));
-    std::error_code ignored;
     if (rank == 0) fs::remove(tmp_path, ignored);  // the last good checkpoint stays
     throw AgreedFault(fmt::format("checkpoint of step {} not saved: {}. Removed {}; the previous checkpoint and "
                                   "'latest' are unchanged. Free space in {} and resume with --resume auto",
                                   meta.step, failure, tmp_path, dir));
   }
+  file.reset();  // collective close: every rank's data is in the file
 
   // Fault injection for the tests: TRIDENT_TEST_KILL_DURING_SAVE=STEP kills every rank after the
   // file is written but before it is committed, as a node failure or scancel -s KILL would.

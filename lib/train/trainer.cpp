@@ -217,12 +217,15 @@ void stall_if_asked(int rank, int64_t step) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-double sum_over(MPI_Comm comm, double local) {
-  double out = local;
+// One number reduced over `comm` (a communication operation the watchdog sees).
+double reduce_over(MPI_Comm comm, double value, MPI_Op op) {
+  double out = value;
   comm::OpScope scope(comm::Op::all_reduce);
-  MPI_CHECK(MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_SUM, comm));
+  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op, comm));
   return out;
 }
+
+double sum_over(MPI_Comm comm, double local) { return reduce_over(comm, local, MPI_SUM); }
 
 // The mean over replicas of a value only the last stage has (0 on other stages).
 double replica_mean(Trainer::State& s, double last_stage_value) {
@@ -235,12 +238,7 @@ std::string eta_text(double seconds) {
   return fmt::format("{}m{:02}s", total / 60, total % 60);
 }
 
-double max_over_ranks(MPI_Comm comm, double value) {
-  double out = value;
-  comm::OpScope scope(comm::Op::all_reduce);
-  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return out;
-}
+double max_over_ranks(MPI_Comm comm, double value) { return reduce_over(comm, value, MPI_MAX); }
 
 // ---- checkpoints
 
