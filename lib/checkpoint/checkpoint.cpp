@@ -94,6 +94,11 @@ Hid memory_space(hsize_t n) {
   return space;
 }
 
+// The metadata attribute's checksum, as written and as verified.
+long long text_crc(const std::string& text) {
+  return static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+}
+
 uint32_t crc_of(const at::Tensor& t) {
   return static_cast<uint32_t>(
       crc32(0L, static_cast<const Bytef*>(t.data_ptr()), static_cast<uInt>(t.numel() * t.element_size())));
@@ -279,8 +284,7 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
   const std::string text = meta_text(meta);
   data::write_string_attribute(file, "meta", text);
   data::write_string_attribute(file, "deck", meta.deck);
-  data::write_int_attribute(file, "meta_crc32", static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()),
-                                                                             static_cast<uInt>(text.size()))));
+  data::write_int_attribute(file, "meta_crc32", text_crc(text));
   // Agreed before the flush too: H5Fflush is collective, a rank that skipped it would hang the rest.
   std::string failure = comm::first_error(comm, write_error);
   if (failure.empty()) {
@@ -348,8 +352,7 @@ Reader::Reader(const std::string& path) : path_(path), file_(-1) {
     Hid attr(HDF5_CHECK(H5Aopen(file_, "meta_crc32", H5P_DEFAULT)));
     HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &stored_crc));
   }
-  if (text.empty() ||
-      stored_crc != static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()))))
+  if (text.empty() || stored_crc != text_crc(text))
     fatal_all(fmt::format("checkpoint {}: metadata missing or damaged", path));
   auto m = parse_lines(text);
   if (m["format_version"] != std::to_string(kFormatVersion))
