@@ -85,6 +85,8 @@ void print_usage() {
       "  trident train --help-deck                   every deck key, its default and meaning\n"
       "  trident prepare-data fashion-mnist --out FILE.h5 [--source DIR]\n"
       "  trident prepare-data synthetic --out FILE.h5 [--train N --test N --classes K --shape CxHxW ...]\n"
+      "  trident prepare-data text --out FILE.h5 [--source FILE|DIR]   byte tokens for model.kind = gpt\n"
+      "  trident prepare-data synthetic --tokens N --out FILE.h5 [--test-tokens N --vocab V]  random tokens\n"
       "  trident inspect FILE.h5                     a dataset or a checkpoint (checksums verified)\n"
       "  trident plan DECK --world N [--set ...]     no training: layout and model-state memory per rank\n"
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
@@ -136,13 +138,24 @@ int train_command(int argc, char** argv) {
 }
 
 int prepare_data_command(int argc, char** argv) {
-  po::options_description options("trident prepare-data fashion-mnist|synthetic");
+  po::options_description options("trident prepare-data fashion-mnist|synthetic|text");
   std::string shape = "1x28x28";
   data::SyntheticSpec spec;
-  options.add_options()("help,h", "this help")("kind", po::value<std::string>(), "fashion-mnist | synthetic")(
+  data::SyntheticTokensSpec tokens;
+  double test_fraction = 0.1;
+  options.add_options()("help,h", "this help")("kind", po::value<std::string>(), "fashion-mnist | synthetic | text")(
       "out", po::value<std::string>(), "output HDF5 file")(
-      "source", po::value<std::string>()->default_value("/usr/share/datasets/fashion-mnist"),
-      "fashion-mnist: folder of the IDX .gz files (Debian package dataset-fashion-mnist)")(
+      "source", po::value<std::string>(),
+      "fashion-mnist: folder of the IDX .gz files (default /usr/share/datasets/fashion-mnist, Debian package "
+      "dataset-fashion-mnist); text: a text file or a folder of them (default /usr/share/games/fortunes, Debian "
+      "package fortunes)")(
+      "test-fraction", po::value<double>(&test_fraction)->default_value(test_fraction),
+      "text: the last fraction of each file that goes to /test")(
+      "tokens", po::value<int64_t>(&tokens.train_tokens),
+      "synthetic: write a token dataset of this many training tokens (instead of images)")(
+      "test-tokens", po::value<int64_t>(&tokens.test_tokens)->default_value(tokens.test_tokens),
+      "synthetic --tokens: test tokens")(
+      "vocab", po::value<int64_t>(&tokens.vocab)->default_value(tokens.vocab), "synthetic --tokens: vocabulary size")(
       "train", po::value<int64_t>(&spec.train)->default_value(spec.train), "synthetic: training samples")(
       "test", po::value<int64_t>(&spec.test)->default_value(spec.test), "synthetic: test samples")(
       "classes", po::value<int64_t>(&spec.classes)->default_value(spec.classes), "synthetic: classes")(
@@ -158,16 +171,24 @@ int prepare_data_command(int argc, char** argv) {
       return 0;
     }
     if (!vm.count("kind") || !vm.count("out"))
-      throw BadInput("prepare-data: give a kind (fashion-mnist | synthetic) and --out FILE.h5");
+      throw BadInput("prepare-data: give a kind (fashion-mnist | synthetic | text) and --out FILE.h5");
     const std::string kind = vm["kind"].as<std::string>(), out = vm["out"].as<std::string>();
+    auto source_or = [&](const char* fallback) {
+      return vm.count("source") ? vm["source"].as<std::string>() : std::string(fallback);
+    };
     if (kind == "fashion-mnist") {
-      data::prepare_fashion_mnist(vm["source"].as<std::string>(), out);
+      data::prepare_fashion_mnist(source_or("/usr/share/datasets/fashion-mnist"), out);
+    } else if (kind == "text") {
+      data::prepare_text(source_or("/usr/share/games/fortunes"), test_fraction, out);
+    } else if (kind == "synthetic" && vm.count("tokens")) {
+      tokens.seed = spec.seed;
+      data::prepare_synthetic_tokens(tokens, out);
     } else if (kind == "synthetic") {
       if (std::sscanf(shape.c_str(), "%ldx%ldx%ld", &spec.channels, &spec.height, &spec.width) != 3)
         throw BadInput("prepare-data: --shape '" + shape + "' is not CxHxW (e.g. 1x28x28)");
       data::prepare_synthetic(spec, out);
     } else {
-      throw BadInput("prepare-data: unknown kind '" + kind + "' (fashion-mnist | synthetic)");
+      throw BadInput("prepare-data: unknown kind '" + kind + "' (fashion-mnist | synthetic | text)");
     }
     std::printf("prepare-data: wrote %s\n", out.c_str());
     return 0;

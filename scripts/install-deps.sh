@@ -8,6 +8,7 @@ packages=(
   mpich libmpich-dev libhdf5-mpich-dev      # MPI and parallel HDF5 built on it
   libboost-program-options-dev libgtest-dev nlohmann-json3-dev libfmt-dev zlib1g-dev
   dataset-fashion-mnist                     # the real data set, /usr/share/datasets/fashion-mnist
+  fortunes                                  # a real text corpus for the GPT (prepare-data text)
   slurmctld slurmd slurm-client munge       # tests/slurm starts a real 2-node SLURM cluster on this machine
   lmod                                      # tests/slurm/module_load.sh: module load trident
   clang-14 libclang-rt-14-dev               # tests/fuzz: libFuzzer with ASan + UBSan

@@ -264,11 +264,23 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.data.path.empty()) fail("data.path", "must not be empty");
   at_least("data.prefetch", static_cast<double>(d.data.prefetch), 0);
 
-  if (one_of("model.kind", d.model.kind, {"mlp", "cnn"}) && d.model.kind == "mlp") {
+  at_least("run.peak_tflops", d.run.peak_tflops, 0);
+  if (one_of("model.kind", d.model.kind, {"mlp", "cnn", "gpt"}) && d.model.kind == "mlp") {
     const auto sizes = hidden_sizes(d);
     bool ok = !sizes.empty();
     for (auto s : sizes) ok = ok && s >= 1;
     if (!ok) fail("model.hidden", fmt::format("'{}' must be a comma-separated list of positive widths", d.model.hidden));
+  }
+
+  if (d.model.kind == "gpt") {
+    for (auto [key, v] : {std::pair<const char*, int64_t>{"model.layers", d.model.layers},
+                          {"model.heads", d.model.heads},
+                          {"model.d_model", d.model.d_model},
+                          {"model.seq_len", d.model.seq_len}})
+      at_least(key, static_cast<double>(v), 1);
+    at_least("model.vocab", static_cast<double>(d.model.vocab), 0);
+    if (d.model.heads >= 1 && d.model.d_model >= 1 && d.model.d_model % d.model.heads != 0)
+      fail("model.d_model", fmt::format("{} is not divisible by model.heads({})", d.model.d_model, d.model.heads));
   }
 
   const int64_t pp = d.parallel.pp;

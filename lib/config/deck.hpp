@@ -20,17 +20,24 @@
   X(run, device, std::string, "auto", "auto | cpu | cuda (auto: cuda when this build and the node have GPUs)") \
   X(run, threads, int64_t, 0, "intra-op threads per rank; 0 = cores of the node / ranks on the node") \
   X(run, fail_timeout_s, double, 30.0,                                                          \
-    "abort the job when a rank is dead or makes no progress for this long (heartbeats); 0 = off")
+    "abort the job when a rank is dead or makes no progress for this long (heartbeats); 0 = off") \
+  X(run, peak_tflops, double, 0.0,                                                              \
+    "peak TFLOP/s per rank for MFU; 0 = 989 (H100 bf16 dense) on CUDA in bf16/fp16, else no MFU")
 
 #define TRIDENT_DECK_DATA(X)                                                                    \
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \
-    "HDF5 dataset with groups /train and /test holding inputs and labels")                      \
+    "HDF5 dataset with groups /train and /test holding inputs and labels (or tokens, for gpt)")                      \
   X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread; 0 = read inline") \
   X(data, check_finite, bool, false, "scan the float inputs for NaN/Inf when opening the dataset")
 
 #define TRIDENT_DECK_MODEL(X)                                                                   \
-  X(model, kind, std::string, "cnn", "model from the registry: mlp | cnn")                                               \
-  X(model, hidden, std::string, "256,128", "mlp: comma-separated hidden layer widths")
+  X(model, kind, std::string, "cnn", "model from the registry: mlp | cnn | gpt (gpt trains on a token dataset)") \
+  X(model, hidden, std::string, "256,128", "mlp: comma-separated hidden layer widths")          \
+  X(model, layers, int64_t, 4, "gpt: transformer blocks")                                       \
+  X(model, heads, int64_t, 4, "gpt: attention heads per block (d_model must be divisible by it)") \
+  X(model, d_model, int64_t, 256, "gpt: embedding width")                                       \
+  X(model, seq_len, int64_t, 128, "gpt: tokens per sample (context length); a sample is seq_len + 1 tokens") \
+  X(model, vocab, int64_t, 0, "gpt: vocabulary size; 0 = the dataset's 'vocab' attribute")
 
 #define TRIDENT_DECK_PARALLEL(X)                                                                \
   X(parallel, dp, std::string, "auto", "data-parallel replicas; auto = world size / pp")        \

@@ -10,7 +10,8 @@
 
 namespace trident::data {
 
-SplitReader::SplitReader(const std::string& path, const std::string& split) : path_(path), split_(split) {
+SplitReader::SplitReader(const std::string& path, const std::string& split, int64_t seq_len)
+    : path_(path), split_(split), seq_len_(seq_len) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   hdf5_quiet();
   auto bad = [&](const std::string& what) { fatal_all(fmt::format("data.path {}: {}", path, what)); };
@@ -22,6 +23,12 @@ SplitReader::SplitReader(const std::string& path, const std::string& split) : pa
   if (!is_hdf5_file(path)) bad("not an HDF5 file");
   file_ = Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file_.valid()) bad("HDF5 cannot open it");
+  if (tokens()) {
+    open_tokens();
+    return;
+  }
+  if (link_exists(file_, "/" + split + "/tokens") && !link_exists(file_, "/" + split + "/inputs"))
+    bad(fmt::format("/{}/tokens: a token dataset; train it with model.kind = gpt", split));
   for (const char* name : {"inputs", "labels"}) {
     const std::string full = "/" + split + "/" + name;
     if (!link_exists(file_, full)) bad(fmt::format("dataset {} is missing", full));
@@ -62,7 +69,48 @@ SplitReader::SplitReader(const std::string& path, const std::string& split) : pa
                     outside - all.begin(), classes_));
 }
 
-std::string SplitReader::find_non_finite(int64_t begin, int64_t end) {
+void SplitReader::open_tokens() {
+  auto bad = [&](const std::string& what) { fatal_all(fmt::format("data.path {}: {}", path_, what)); };
+  const std::string name = "/" + split_ + "/tokens";
+  if (!link_exists(file_, name))
+    bad(fmt::format("dataset {} is missing: model.kind = gpt trains on tokens (make them with: trident prepare-data "
+                    "text --out {})",
+                    name, path_));
+  tokens_ = Hid(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+  const auto shape = dataset_shape(tokens_);
+  if (shape.size() != 1) bad(fmt::format("{} must be 1-D (has rank {})", name, shape.size()));
+  Hid type(HDF5_CHECK(H5Dget_type(tokens_)));
+  if (H5Tget_class(type) != H5T_INTEGER) bad(fmt::format("{} has type {}; expected integers", name, type_name(type)));
+  const auto count = static_cast<int64_t>(shape[0]);
+  size_ = count > 0 ? (count - 1) / seq_len_ : 0;
+  if (size_ < 1)
+    bad(fmt::format("{} has {} tokens, fewer than one sample of model.seq_len + 1 = {}", name, count, seq_len_ + 1));
+  sample_shape_ = {seq_len_};
+  if (H5Aexists(file_, "vocab") <= 0) bad("root attribute 'vocab' is missing (a token dataset needs it)");
+  Hid attr(HDF5_CHECK(H5Aopen(file_, "vocab", H5P_DEFAULT)));
+  long long vocab = 0;
+  HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &vocab));
+  if (vocab < 2) bad(fmt::format("attribute 'vocab' = {} (must be >= 2)", vocab));
+  classes_ = vocab;
+}
+
+std::string SplitReader::find_bad_values(int64_t begin, int64_t end) {
+  if (tokens()) {
+    constexpr int64_t kChunk = 4096;  // samples per read
+    for (int64_t first = begin; first < end; first += kChunk) {
+      std::vector<int64_t> indices(static_cast<size_t>(std::min(end, first + kChunk) - first));
+      std::iota(indices.begin(), indices.end(), first);
+      const at::Tensor windows = read_windows(indices);
+      const at::Tensor where = windows.lt(0).logical_or(windows.ge(classes_)).nonzero();
+      if (where.numel() > 0) {
+        const int64_t row = where[0][0].item<int64_t>(), column = where[0][1].item<int64_t>();
+        return fmt::format("data.path {}: /{}/tokens: token {} at position {} is outside [0, {}) (attribute 'vocab')",
+                           path_, split_, windows[row][column].item<int64_t>(), (first + row) * seq_len_ + column,
+                           classes_);
+      }
+    }
+    return "";
+  }
   if (inputs_are_bytes_) return "";
   constexpr int64_t kChunk = 1024;
   for (int64_t first = begin; first < end; first += kChunk) {
@@ -76,7 +124,33 @@ std::string SplitReader::find_non_finite(int64_t begin, int64_t end) {
   return "";
 }
 
+at::Tensor SplitReader::read_windows(const std::vector<int64_t>& indices) {
+  // Consecutive samples share one token (the last target of one is the first input of the
+  // next), so each sample is its own hyperslab read of T + 1 tokens.
+  const auto n = static_cast<int64_t>(indices.size());
+  at::Tensor windows = at::empty({n, seq_len_ + 1}, at::kLong);
+  {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    Hid file_space(HDF5_CHECK(H5Dget_space(tokens_)));
+    const hsize_t count[1] = {static_cast<hsize_t>(seq_len_ + 1)};
+    Hid mem_space(HDF5_CHECK(H5Screate_simple(1, count, nullptr)));
+    for (int64_t i = 0; i < n; ++i) {
+      const hsize_t start[1] = {static_cast<hsize_t>(indices[static_cast<size_t>(i)] * seq_len_)};
+      HDF5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+      HDF5_CHECK(H5Dread(tokens_, H5T_NATIVE_INT64, mem_space, file_space, H5P_DEFAULT, windows[i].data_ptr()));
+    }
+  }
+  return windows;
+}
+
+void SplitReader::read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels) {
+  const at::Tensor windows = read_windows(indices);
+  if (inputs) *inputs = windows.narrow(1, 0, seq_len_).contiguous();
+  if (labels) *labels = windows.narrow(1, 1, seq_len_).contiguous();
+}
+
 void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels) {
+  if (tokens()) return read_tokens(indices, inputs, labels);
   const auto n = static_cast<int64_t>(indices.size());
   // HDF5 fills memory in file order: read the sorted rows, then put them back in the order asked.
   std::vector<int64_t> order(indices.size());

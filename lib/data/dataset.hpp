@@ -1,10 +1,17 @@
 #pragma once
-// One split (/train or /test) of a classification dataset in HDF5:
+// One split (/train or /test) of a dataset in HDF5, one of two kinds:
+// classification
 //   /<split>/inputs  N x ... (uint8 scaled to [0, 1], or float32 as stored)
 //   /<split>/labels  N integers in [0, classes)
-//   root attribute "classes".
+//   root attribute "classes"
+// tokens (language modelling, read with a sequence length T)
+//   /<split>/tokens  1-D integers in [0, vocab)
+//   root attribute "vocab"
+//   sample i is tokens [i T, i T + T + 1): inputs its first T tokens, labels its last T (the
+//   next token at each position), both int64 [n, T]; (tokens - 1) / T samples.
 // Reads only the rows asked for, through HDF5 hyperslab selections. Opening checks the layout,
-// the types and that every label is in [0, classes).
+// the types and that every label is in [0, classes); token ranges are checked by
+// find_bad_values (each rank its share).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -18,11 +25,14 @@ namespace trident::data {
 class SplitReader {
  public:
   // Throws BadInput naming the file and the dataset when the file or split is unusable.
-  SplitReader(const std::string& path, const std::string& split);
+  // seq_len > 0 reads a token dataset (model.kind = gpt), 0 a classification one.
+  SplitReader(const std::string& path, const std::string& split, int64_t seq_len = 0);
 
   int64_t size() const { return size_; }
   const std::vector<int64_t>& sample_shape() const { return sample_shape_; }
-  int64_t classes() const { return classes_; }
+  int64_t classes() const { return classes_; }  // the vocabulary for tokens
+  bool tokens() const { return seq_len_ > 0; }
+  int64_t targets_per_sample() const { return tokens() ? seq_len_ : 1; }
   const std::string& path() const { return path_; }
 
   // Rows `indices` (any order, no repeats) as float inputs [n, ...] and int64 labels [n],
@@ -30,13 +40,17 @@ class SplitReader {
   // nothing, the last stage only labels).
   void read(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
   void read_range(int64_t begin, int64_t end, at::Tensor* inputs, at::Tensor* labels);
-  // The first sample in [begin, end) whose inputs hold NaN or Inf, as a message; "" if none.
-  std::string find_non_finite(int64_t begin, int64_t end);
+  // The first sample in [begin, end) whose inputs hold NaN or Inf, or (tokens) a token outside
+  // [0, vocab), as a message; "" if none.
+  std::string find_bad_values(int64_t begin, int64_t end);
 
  private:
   std::string path_, split_;
-  Hid file_, inputs_, labels_;
-  int64_t size_ = 0, classes_ = 0;
+  void open_tokens();
+  at::Tensor read_windows(const std::vector<int64_t>& indices);  // int64 [n, seq_len + 1]
+  void read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
+  Hid file_, inputs_, labels_, tokens_;
+  int64_t size_ = 0, classes_ = 0, seq_len_ = 0;
   std::vector<int64_t> sample_shape_;
   bool inputs_are_bytes_ = false;
 };

@@ -7,7 +7,10 @@
 
 #include <array>
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "core/error.hpp"
@@ -152,6 +155,79 @@ void prepare_synthetic(const SyntheticSpec& spec, const std::string& out) {
     write_string_attribute(file, "source",
                            fmt::format("synthetic: {} prototypes + N(0, {}^2) noise, seed {}", spec.classes,
                                        spec.noise, spec.seed));
+  });
+}
+
+// ---- tokens ------------------------------------------------------------------------------
+
+namespace {
+
+// The narrowest unsigned HDF5 type that holds ids below `vocab`: uint8 bytes for text.
+hid_t token_file_type(int64_t vocab) {
+  if (vocab <= 256) return H5T_STD_U8LE;
+  if (vocab <= 65536) return H5T_STD_U16LE;
+  return H5T_STD_I32LE;
+}
+
+void write_tokens(hid_t file, const char* split, const std::vector<int64_t>& tokens, int64_t vocab) {
+  write_dataset(file, std::string("/") + split + "/tokens", {static_cast<hsize_t>(tokens.size())},
+                token_file_type(vocab), H5T_NATIVE_INT64, tokens.data());
+}
+
+}  // namespace
+
+void prepare_text(const std::string& source, double test_fraction, const std::string& out) {
+  if (!(test_fraction > 0 && test_fraction < 1))
+    fatal_all(fmt::format("prepare-data text: --test-fraction {} must be in (0, 1)", test_fraction));
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (fs::is_directory(source, ec)) {
+    for (const auto& entry : fs::directory_iterator(source, ec))
+      if (entry.is_regular_file() && !entry.is_symlink()) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+  } else if (fs::is_regular_file(source, ec)) {
+    files.push_back(source);
+  } else {
+    fatal_all(fmt::format("prepare-data text: --source {} is neither a file nor a directory (apt-get install fortunes "
+                          "gives /usr/share/games/fortunes)",
+                          source));
+  }
+  std::vector<int64_t> train, test;
+  size_t used = 0;
+  for (const auto& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.empty() || text.find('\0') != std::string::npos) continue;  // empty or binary
+    const auto cut = static_cast<size_t>(static_cast<double>(text.size()) * (1.0 - test_fraction));
+    for (size_t i = 0; i < text.size(); ++i) (i < cut ? train : test).push_back(static_cast<unsigned char>(text[i]));
+    ++used;
+  }
+  if (train.size() < 2 || test.size() < 2)
+    fatal_all(fmt::format("prepare-data text: {} holds too little text ({} files, {} bytes)", source, used,
+                          train.size() + test.size()));
+  write_atomically(out, [&](hid_t file) {
+    write_tokens(file, "train", train, 256);
+    write_tokens(file, "test", test, 256);
+    write_int_attribute(file, "vocab", 256);
+    write_string_attribute(file, "source", fmt::format("byte-level tokens of {} text files under {}", used, source));
+  });
+}
+
+void prepare_synthetic_tokens(const SyntheticTokensSpec& spec, const std::string& out) {
+  if (spec.train_tokens < 2 || spec.test_tokens < 2 || spec.vocab < 2)
+    fatal_all("prepare-data synthetic: --tokens and --test-tokens must be >= 2 and --vocab >= 2");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(spec.seed);
+  auto make = [&](int64_t n) {
+    const at::Tensor t = at::randint(spec.vocab, {n}, gen, at::kLong);
+    return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+  };
+  const auto train = make(spec.train_tokens), test = make(spec.test_tokens);
+  write_atomically(out, [&](hid_t file) {
+    write_tokens(file, "train", train, spec.vocab);
+    write_tokens(file, "test", test, spec.vocab);
+    write_int_attribute(file, "vocab", spec.vocab);
+    write_string_attribute(file, "source", fmt::format("synthetic: uniform random tokens in [0, {}), seed {}",
+                                                       spec.vocab, spec.seed));
   });
 }
 

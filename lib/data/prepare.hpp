@@ -17,6 +17,19 @@ struct SyntheticSpec {
 };
 void prepare_synthetic(const SyntheticSpec& spec, const std::string& out);
 
+// Byte-level tokens (vocab 256) of a real text corpus: every regular file under `source` (a file
+// or a directory, in name order; files with NUL bytes, e.g. fortune's .dat indexes, and symbolic
+// links are skipped). The last `test_fraction` of each file goes to /test, the rest to /train.
+void prepare_text(const std::string& source, double test_fraction, const std::string& out);
+
+// Uniformly random tokens in [0, vocab): a throughput workload of any size (nothing to learn:
+// the loss stays near ln(vocab)).
+struct SyntheticTokensSpec {
+  int64_t train_tokens = 1 << 20, test_tokens = 1 << 16, vocab = 50304;
+  uint64_t seed = 7;
+};
+void prepare_synthetic_tokens(const SyntheticTokensSpec& spec, const std::string& out);
+
 // Lists every group and dataset of an HDF5 file with shape, dtype and attributes.
 std::string describe_hdf5(const std::string& path);
 

@@ -18,7 +18,7 @@ torch::Tensor LayerStackImpl::forward(torch::Tensor x) {
 }
 
 const std::map<std::string, Builder>& registry() {
-  static const std::map<std::string, Builder> builders{{"mlp", build_mlp}, {"cnn", build_cnn}};
+  static const std::map<std::string, Builder> builders{{"mlp", build_mlp}, {"cnn", build_cnn}, {"gpt", build_gpt}};
   return builders;
 }
 
@@ -28,13 +28,14 @@ LayerStack build(const config::Deck& deck, const InputSpec& input) {
   return LayerStack(it->second(deck, input));
 }
 
-std::vector<std::vector<int64_t>> layer_shapes(LayerStack& model, const std::vector<int64_t>& sample_shape) {
+std::vector<std::vector<int64_t>> layer_shapes(LayerStack& model, const InputSpec& input) {
+  const auto& sample_shape = input.sample_shape;
   torch::NoGradGuard no_grad;
   const bool training = model->is_training();
   model->eval();
   std::vector<int64_t> two_samples{2};
   two_samples.insert(two_samples.end(), sample_shape.begin(), sample_shape.end());
-  auto x = torch::zeros(two_samples);
+  auto x = torch::zeros(two_samples, input.tokens ? torch::kLong : torch::kFloat);
   std::vector<std::vector<int64_t>> shapes{sample_shape};
   for (size_t l = 0; l < model->layers().size(); ++l) {
     auto layer = model->layers()[l].module;  // a copy of the handle: forward is not const

@@ -20,8 +20,9 @@ struct Layer {
 
 // Shape of one input sample and number of classes, read from the dataset.
 struct InputSpec {
-  std::vector<int64_t> sample_shape;  // e.g. {1, 28, 28}
-  int64_t classes = 10;
+  std::vector<int64_t> sample_shape;  // e.g. {1, 28, 28}; {seq_len} for tokens
+  int64_t classes = 10;               // the vocabulary for tokens
+  bool tokens = false;                // integer token ids in, one target per position
 };
 
 // Called around each layer's forward: ZeRO-3 gathers a layer's parameters just before it runs
@@ -55,10 +56,11 @@ LayerStack build(const config::Deck& deck, const InputSpec& input);
 
 // One sample's shape entering each layer and leaving the last: shapes[l] is layer l's input,
 // shapes[layers] the model's output (a forward of two zero samples, evaluation mode, no grad).
-std::vector<std::vector<int64_t>> layer_shapes(LayerStack& model, const std::vector<int64_t>& sample_shape);
+std::vector<std::vector<int64_t>> layer_shapes(LayerStack& model, const InputSpec& input);
 std::vector<int64_t> layer_parameter_counts(LayerStack& model);
 
 std::vector<Layer> build_mlp(const config::Deck& deck, const InputSpec& input);
 std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input);
+std::vector<Layer> build_gpt(const config::Deck& deck, const InputSpec& input);
 
 }  // namespace trident::model

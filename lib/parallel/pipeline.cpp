@@ -12,6 +12,16 @@ namespace {
 int activation_tag(int micro) { return 2 * micro; }
 int gradient_tag(int micro) { return 2 * micro + 1; }
 
+// Cross-entropy of logits [n, classes] against labels [n], or of per-position logits
+// [n, T, vocab] against next tokens [n, T] (a GPT), each target weighted alike.
+at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& labels, torch::Reduction::Reduction reduction) {
+  namespace F = torch::nn::functional;
+  auto options = F::CrossEntropyFuncOptions();
+  if (reduction == torch::Reduction::Sum) options.reduction(torch::kSum);
+  if (logits.dim() == 2) return F::cross_entropy(logits, labels, options);
+  return F::cross_entropy(logits.flatten(0, -2), labels.flatten(), options);
+}
+
 std::vector<int64_t> with_batch(int64_t n, const std::vector<int64_t>& sample_shape) {
   std::vector<int64_t> shape{n};
   shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
@@ -56,7 +66,7 @@ double Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::fun
         ScopedTimer t(forward_s);
         outputs[i] = model_->forward(inputs[i]);
         if (last()) {
-          losses[i] = torch::nn::functional::cross_entropy(outputs[i], labels[i]);
+          losses[i] = loss_of(outputs[i], labels[i], torch::Reduction::Mean);
           loss_sum += losses[i].item<double>();
         }
         stats_.peak_alive = std::max(stats_.peak_alive, ++alive);
@@ -111,10 +121,8 @@ std::pair<double, double> Pipeline::evaluate(int64_t n, const std::function<data
     comm_.send(y.contiguous(), stage_ + 1, activation_tag(0));
     return {0.0, 0.0};
   }
-  const double loss = torch::nn::functional::cross_entropy(
-                          y, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                          .item<double>();
-  return {loss, y.argmax(1).eq(labels).sum().item<double>()};
+  const double loss = loss_of(y, labels, torch::Reduction::Sum).item<double>();
+  return {loss, y.argmax(-1).eq(labels).sum().item<double>()};
 }
 
 }  // namespace trident::parallel

@@ -39,7 +39,8 @@ class Pipeline {
                   GradSync& sync, double loss_scale, double& forward_s, double& backward_s);
 
   // Forward only, `n` samples (same n on every stage of the replica): returns (loss sum,
-  // correct predictions) on the last stage, (0, 0) elsewhere.
+  // correct predictions) over every target (a GPT sample has one per position) on the last
+  // stage, (0, 0) elsewhere.
   std::pair<double, double> evaluate(int64_t n, const std::function<data::MicroBatch()>& read);
 
   const StageStats& stats() const { return stats_; }

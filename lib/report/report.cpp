@@ -60,9 +60,10 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["parameters"] = s.parameters;
   r["resumed_from"] = s.resumed_from.empty() ? json(nullptr) : json(s.resumed_from);
   r["final"] = {{"train_loss", s.train_loss}, {"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}};
-  r["throughput"] = {{"samples_per_s", s.samples_per_s}, {"step_time_s", s.step_time_s},
-                     {"tokens_per_s", nullptr},          {"tflops", nullptr},
-                     {"mfu", nullptr}};
+  auto or_null = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  r["throughput"] = {{"samples_per_s", s.samples_per_s},       {"step_time_s", s.step_time_s},
+                     {"tokens_per_s", or_null(s.tokens_per_s)}, {"tflops", or_null(s.tflops)},
+                     {"mfu", or_null(s.mfu)},                   {"peak_tflops", or_null(s.peak_tflops)}};
   r["time_s"] = {{"total", s.time.total},         {"data_wait", s.time.data_wait},
                  {"forward", s.time.forward},     {"backward", s.time.backward},
                  {"comm_exposed", s.time.comm_exposed}, {"optimizer", s.time.optimizer},

@@ -3,6 +3,7 @@
 // names are a contract with the scaling tools and job scripts (DESIGN.md).
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,9 @@ struct Summary {
   int64_t steps = 0, epochs = 0, parameters = 0;
   double train_loss = 0, test_loss = 0, test_accuracy = 0;
   double samples_per_s = 0, step_time_s = 0;
+  // Token models only: tokens/s over all ranks; achieved TFLOP/s per rank (training FLOPs per
+  // token x tokens/s / world); MFU against peak_tflops (absent when no peak applies).
+  std::optional<double> tokens_per_s, tflops, mfu, peak_tflops;
   PhaseTimes time;     // max over ranks
   ModelState memory;   // max over ranks
   int64_t peak_bytes = 0;  // max over ranks of the peak resident set

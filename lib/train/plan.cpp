@@ -13,14 +13,26 @@
 
 namespace trident::train {
 
+model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& train_split) {
+  const int64_t classes = train_split.tokens() ? std::max(deck.model.vocab, train_split.classes()) : train_split.classes();
+  return {train_split.sample_shape(), classes, train_split.tokens()};
+}
+
 namespace {
 
-// The dataset's sample shape when the file is there, Fashion-MNIST's otherwise.
+// The dataset's sample shape when the file is there; else Fashion-MNIST's, or byte tokens.
 model::InputSpec input_of(const config::Deck& deck, std::string& source) {
+  const bool gpt = deck.model.kind == "gpt";
   if (std::filesystem::exists(deck.data.path)) {
-    data::SplitReader reader(deck.data.path, "train");
+    data::SplitReader reader(deck.data.path, "train", gpt ? deck.model.seq_len : 0);
     source = deck.data.path;
-    return {reader.sample_shape(), reader.classes()};
+    return input_spec(deck, reader);
+  }
+  if (gpt) {
+    const int64_t vocab = deck.model.vocab > 0 ? deck.model.vocab : 256;
+    source = fmt::format("assumed {} tokens of a vocabulary of {} ({} not found)", deck.model.seq_len, vocab,
+                         deck.data.path);
+    return {{deck.model.seq_len}, vocab, true};
   }
   source = "assumed 1x28x28, 10 classes (" + deck.data.path + " not found)";
   return {{1, 28, 28}, 10};
@@ -56,7 +68,7 @@ std::string plan_text(const config::Deck& deck, int world) {
   out += fmt::format("model {}: {} parameters in {} layers (input {})\n", deck.model.kind, all_params,
                      model->layers().size(), source);
   const auto layer_params = model::layer_parameter_counts(model);
-  const auto shapes = model::layer_shapes(model, input.sample_shape);
+  const auto shapes = model::layer_shapes(model, input);
   const int pp = static_cast<int>(deck.parallel.pp);
   const auto first = parallel::cut_layers(layer_params, pp, parallel::parse_boundaries(deck.parallel.boundaries));
   int64_t largest_stage = 0;

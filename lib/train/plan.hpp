@@ -4,8 +4,14 @@
 #include <string>
 
 #include "config/deck.hpp"
+#include "data/dataset.hpp"
+#include "model/model.hpp"
 
 namespace trident::train {
+
+// The model's input as the dataset gives it; a GPT's vocabulary is model.vocab when set (it
+// may exceed the dataset's, e.g. padded to a multiple of 64 for faster matmuls).
+model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& train_split);
 
 std::string plan_text(const config::Deck& deck, int world_size);
 

@@ -21,6 +21,7 @@
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "data/sampler.hpp"
+#include "model/gpt.hpp"
 #include "model/model.hpp"
 #include "optim/flat_params.hpp"
 #include "optim/optimizer.hpp"
@@ -31,6 +32,7 @@
 #include "parallel/stage_partition.hpp"
 #include "parallel/topology.hpp"
 #include "report/report.hpp"
+#include "train/plan.hpp"
 
 namespace trident::train {
 
@@ -80,19 +82,24 @@ int threads_per_rank(const config::Deck& deck, const comm::World& world) {
 void open_dataset(Trainer::State& s) {
   std::string error;
   try {
-    s.train_split = std::make_shared<data::SplitReader>(s.deck.data.path, "train");
-    s.test_split = std::make_shared<data::SplitReader>(s.deck.data.path, "test");
+    const int64_t seq_len = s.deck.model.kind == "gpt" ? s.deck.model.seq_len : 0;
+    s.train_split = std::make_shared<data::SplitReader>(s.deck.data.path, "train", seq_len);
+    s.test_split = std::make_shared<data::SplitReader>(s.deck.data.path, "test", seq_len);
     const int64_t needed = s.deck.optim.global_batch;
-    if (s.train_split->size() < needed)
+    if (s.deck.model.vocab > 0 && s.deck.model.vocab < s.train_split->classes())
+      error = fmt::format("model.vocab = {} is smaller than the vocabulary of data.path {} (attribute 'vocab' = {})",
+                          s.deck.model.vocab, s.deck.data.path, s.train_split->classes());
+    else if (s.train_split->size() < needed)
       error = fmt::format("data.path {}: /train has {} samples, fewer than one global batch (optim.global_batch = {})",
                           s.deck.data.path, s.train_split->size(), needed);
     else if (s.test_split->sample_shape() != s.train_split->sample_shape())
       error = fmt::format("data.path {}: /test samples differ in shape from /train samples", s.deck.data.path);
-    // Each rank scans its share of both splits.
+    // Each rank scans its share of both splits: tokens always (an id >= vocab would index past
+    // the embedding), float inputs when asked.
     for (auto* split : {s.train_split.get(), s.test_split.get()}) {
-      if (!error.empty() || !s.deck.data.check_finite) break;
+      if (!error.empty() || !(split->tokens() || s.deck.data.check_finite)) break;
       const int64_t n = split->size(), r = s.world.rank, w = s.world.size;
-      error = split->find_non_finite(n * r / w, n * (r + 1) / w);
+      error = split->find_bad_values(n * r / w, n * (r + 1) / w);
     }
   } catch (const BadInput& e) {
     error = e.what();
@@ -129,10 +136,10 @@ void broadcast_model(Trainer::State& s) {
 // sample's shape between layers gives the shapes the stages exchange.
 void build_stage(Trainer::State& s) {
   const auto& deck = s.deck;
-  const model::InputSpec input{s.train_split->sample_shape(), s.train_split->classes()};
+  const model::InputSpec input = input_spec(deck, *s.train_split);
   torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
   auto whole = model::build(deck, input);
-  const auto shapes = model::layer_shapes(whole, input.sample_shape);  // shapes[l]: input of layer l
+  const auto shapes = model::layer_shapes(whole, input);  // shapes[l]: input of layer l
   const auto layer_params = model::layer_parameter_counts(whole);
   const int pp = s.topology->pp(), stage = s.topology->stage();
   const auto first = parallel::cut_layers(layer_params, pp, parallel::parse_boundaries(deck.parallel.boundaries));
@@ -201,7 +208,7 @@ Evaluation evaluate(Trainer::State& s) {
   // Only last stages hold results: the sum over the world is the sum over replicas.
   auto totals = torch::tensor({loss_sum, correct}, torch::kDouble);
   comm::MpiCommunicator(s.world.comm).all_reduce_sum(totals);
-  const double n = static_cast<double>(s.test_split->size());
+  const double n = static_cast<double>(s.test_split->size() * s.test_split->targets_per_sample());
   return {totals[0].item<double>() / n, totals[1].item<double>() / n};
 }
 
@@ -548,6 +555,18 @@ Result Trainer::run() {
   summary.test_loss = result.test_loss;
   summary.test_accuracy = result.test_accuracy;
   summary.samples_per_s = result.samples_per_s;
+  if (s.train_split->tokens()) {
+    // Per token: 6 N for the matmul parameters (all but the token and position tables) plus
+    // attention's matmuls (model/gpt.hpp); achieved TFLOP/s per rank, as Megatron reports it.
+    const int64_t vocab = train::input_spec(deck, *s.train_split).classes;
+    const int64_t matmul_params = summary.parameters - (vocab + deck.model.seq_len) * deck.model.d_model;
+    summary.tokens_per_s = result.samples_per_s * static_cast<double>(deck.model.seq_len);
+    summary.tflops = *summary.tokens_per_s *
+                     model::gpt_flops_per_token(matmul_params, deck.model.layers, deck.model.seq_len, deck.model.d_model) /
+                     1e12 / s.world.size;
+    if (deck.run.peak_tflops > 0) summary.peak_tflops = deck.run.peak_tflops;
+    if (summary.peak_tflops) summary.mfu = *summary.tflops / *summary.peak_tflops;
+  }
   summary.step_time_s = train_seconds / static_cast<double>(std::max<int64_t>(1, s.total_steps - s.start_step));
   summary.resumed_from = s.resumed_from;
   summary.checkpoint_saves = s.saves;

@@ -45,4 +45,14 @@ inline std::string synthetic_dataset() {
   return path;
 }
 
+// Byte tokens of a real text corpus, Debian's fortunes (scripts/install-deps.sh installs it).
+inline std::string text_corpus_dataset() {
+  const std::string path = shared_scratch_dir() + "/fortunes.h5";
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0 && !std::filesystem::exists(path)) data::prepare_text("/usr/share/games/fortunes", 0.02, path);
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
 }  // namespace trident::test_support

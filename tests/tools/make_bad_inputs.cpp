@@ -1,5 +1,6 @@
 // Makes the damaged inputs the bad-input tests feed to trident (tests/cli):
-//   trident_make_bad_inputs datasets DIR        small HDF5 datasets, each wrong in one way
+//   trident_make_bad_inputs datasets DIR        small HDF5 datasets, each wrong in one way (and
+//                                               good ones to pair with a wrong deck)
 //   trident_make_bad_inputs format-version CKPT N
 //                                               rewrites a checkpoint's format version (with a
 //                                               matching metadata checksum, so only the version
@@ -74,6 +75,22 @@ void make_dataset(const std::string& dir, const Spec& spec) {
   }
 }
 
+// A token dataset: `n` tokens i % 50 per split, attribute vocab = 50; `bad_at` >= 0 puts
+// token 300 at that position of /train/tokens.
+void make_tokens(const std::string& dir, const std::string& name, hsize_t n, int64_t bad_at) {
+  const std::string path = dir + "/" + name + ".h5";
+  Hid file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  check(file.valid(), "H5Fcreate " + path);
+  trident::data::write_int_attribute(file, "vocab", 50);
+  for (const char* split : {"train", "test"}) {
+    Hid group(H5Gcreate2(file, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    std::vector<uint16_t> tokens(n);
+    for (hsize_t i = 0; i < n; ++i) tokens[i] = static_cast<uint16_t>(i % 50);
+    if (bad_at >= 0 && std::string(split) == "train") tokens[static_cast<size_t>(bad_at)] = 300;
+    write(file, std::string("/") + split + "/tokens", {n}, H5T_NATIVE_UINT16, tokens.data());
+  }
+}
+
 void set_format_version(const std::string& path, const std::string& version) {
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
   check(file.valid(), "H5Fopen " + path);
@@ -101,6 +118,8 @@ int main(int argc, char** argv) {
     make_dataset(dir, {"label_out_of_range", 256, true, false, false, 100});
     make_dataset(dir, {"too_few_samples", 24});
     make_dataset(dir, {"nan_input", 256, true, false, false, -1, 77});
+    make_tokens(dir, "tokens", 8192, -1);
+    make_tokens(dir, "token_out_of_range", 8192, 1234);
     return 0;
   }
   if (mode == "format-version" && argc == 4) {

@@ -1,0 +1,159 @@
+// The GPT model against independent computations: attention against loops in double precision,
+// causality of the whole model, its parameter count against the closed formula; and the token
+// datasets against the bytes of the text they were made from.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "config/deck.hpp"
+#include "data/dataset.hpp"
+#include "data/hdf5_file.hpp"
+#include "data/prepare.hpp"
+#include "model/gpt.hpp"
+#include "model/model.hpp"
+
+using namespace trident;
+
+namespace {
+
+// softmax over s <= t of q_t . k_s / sqrt(d), then the weighted sum of v_s: one query at a time.
+torch::Tensor attention_by_loops(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  auto out = torch::zeros_like(q);
+  const int64_t batch = q.size(0), heads = q.size(1), t_len = q.size(2), dim = q.size(3);
+  auto qa = q.accessor<double, 4>(), ka = k.accessor<double, 4>(), va = v.accessor<double, 4>();
+  auto oa = out.accessor<double, 4>();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < t_len; ++t) {
+        std::vector<double> w(static_cast<size_t>(t + 1));
+        double top = -1e300, total = 0;
+        for (int64_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (int64_t i = 0; i < dim; ++i) dot += qa[b][h][t][i] * ka[b][h][s][i];
+          w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(dim));
+          top = std::max(top, w[static_cast<size_t>(s)]);
+        }
+        for (auto& x : w) total += (x = std::exp(x - top));
+        for (int64_t s = 0; s <= t; ++s)
+          for (int64_t i = 0; i < dim; ++i) oa[b][h][t][i] += w[static_cast<size_t>(s)] / total * va[b][h][s][i];
+      }
+  return out;
+}
+
+config::Deck gpt_deck() {
+  config::Deck d;
+  d.model.kind = "gpt";
+  d.model.layers = 3;
+  d.model.heads = 4;
+  d.model.d_model = 32;
+  d.model.seq_len = 16;
+  return d;
+}
+
+std::string scratch(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("trident-unit-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+}  // namespace
+
+TEST(GptAttention, ExplicitMatchesLoopsInDoublePrecision) {
+  torch::manual_seed(3);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  const auto q = torch::randn({2, 3, 7, 5}, opts), k = torch::randn({2, 3, 7, 5}, opts), v = torch::randn({2, 3, 7, 5}, opts);
+  const auto expected = attention_by_loops(q, k, v);
+  EXPECT_LT((model::causal_attention_explicit(q, k, v) - expected).abs().max().item<double>(), 1e-12);
+}
+
+// On LibTorch 2.x causal_attention is the fused kernel; it must agree with the explicit form.
+TEST(GptAttention, TheKernelInUseMatchesTheExplicitForm) {
+  torch::manual_seed(4);
+  const auto q = torch::randn({2, 4, 33, 8}), k = torch::randn({2, 4, 33, 8}), v = torch::randn({2, 4, 33, 8});
+  EXPECT_LT((model::causal_attention(q, k, v) - model::causal_attention_explicit(q, k, v)).abs().max().item<double>(),
+            1e-5);
+}
+
+TEST(GptModel, LayerListAndParameterCountMatchTheFormula) {
+  const auto deck = gpt_deck();
+  const int64_t vocab = 50, d = 32, t = 16, layers = 3;
+  torch::manual_seed(0);
+  auto model = model::build(deck, {{t}, vocab, true});
+  std::vector<std::string> names;
+  for (const auto& l : model->layers()) names.push_back(l.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"embed", "block1", "block2", "block3", "head"}));
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  // embeddings V d + T d; per block 2 LayerNorms (4 d), qkv (3 d^2 + 3 d), attention output
+  // (d^2 + d), MLP (4 d^2 + 4 d, 4 d^2 + d); final LayerNorm 2 d; untied head d V.
+  EXPECT_EQ(params, vocab * d + t * d + layers * (12 * d * d + 13 * d) + 2 * d + d * vocab);
+  const auto shapes = model::layer_shapes(model, {{t}, vocab, true});
+  EXPECT_EQ(shapes.front(), (std::vector<int64_t>{t}));
+  EXPECT_EQ(shapes[1], (std::vector<int64_t>{t, d}));
+  EXPECT_EQ(shapes.back(), (std::vector<int64_t>{t, vocab}));
+}
+
+TEST(GptModel, LogitsAtAPositionDependOnlyOnTokensUpToIt) {
+  torch::manual_seed(1);
+  auto model = model::build(gpt_deck(), {{16}, 50, true});
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto tokens = torch::randint(50, {2, 16}, torch::kLong);
+  auto changed = tokens.clone();
+  changed.narrow(1, 9, 7).random_(50);
+  const auto a = model->forward(tokens), b = model->forward(changed);
+  EXPECT_EQ((a.narrow(1, 0, 9) - b.narrow(1, 0, 9)).abs().max().item<double>(), 0.0);
+  EXPECT_GT((a.narrow(1, 9, 7) - b.narrow(1, 9, 7)).abs().max().item<double>(), 1e-4);
+}
+
+TEST(TokenDataset, SamplesAreWindowsOfTheTextBytes) {
+  // A folder like /usr/share/games/fortunes: a text file, a binary index, a symbolic link.
+  const std::string dir = scratch("corpus"), out = scratch("corpus.h5");
+  std::filesystem::create_directories(dir);
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  std::ofstream(dir + "/a") << text;
+  std::ofstream(dir + "/a.dat") << std::string("x\0y", 3);
+  std::filesystem::remove(dir + "/a.u8");
+  std::filesystem::create_symlink("a", dir + "/a.u8");
+  data::prepare_text(dir, 0.1, out);
+  data::SplitReader train(out, "train", 8), test(out, "test", 8);
+  EXPECT_TRUE(train.tokens());
+  EXPECT_EQ(train.classes(), 256);
+  EXPECT_EQ(train.size(), (900 - 1) / 8);  // the first 90% of the bytes
+  EXPECT_EQ(test.size(), (100 - 1) / 8);
+  torch::Tensor inputs, labels;
+  train.read({5, 0, 111}, &inputs, &labels);
+  ASSERT_EQ(inputs.sizes(), (std::vector<int64_t>{3, 8}));
+  const int64_t rows[] = {5, 0, 111};
+  for (int r = 0; r < 3; ++r)
+    for (int64_t j = 0; j < 8; ++j) {
+      EXPECT_EQ(inputs[r][j].item<int64_t>(), static_cast<unsigned char>(text[static_cast<size_t>(rows[r] * 8 + j)]));
+      EXPECT_EQ(labels[r][j].item<int64_t>(), static_cast<unsigned char>(text[static_cast<size_t>(rows[r] * 8 + j + 1)]));
+    }
+  test.read({0}, &inputs, nullptr);
+  EXPECT_EQ(inputs[0][0].item<int64_t>(), static_cast<unsigned char>(text[900]));
+  EXPECT_EQ(train.find_bad_values(0, train.size()), "");
+}
+
+TEST(TokenDataset, ATokenAtOrAboveTheVocabularyIsFoundWithItsPosition) {
+  const std::string out = scratch("random_tokens.h5");
+  data::SyntheticTokensSpec spec;
+  spec.train_tokens = 5000;
+  spec.test_tokens = 100;
+  spec.vocab = 1000;
+  data::prepare_synthetic_tokens(spec, out);
+  {
+    // Claim a smaller vocabulary than the tokens use.
+    data::Hid file(H5Fopen(out.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    data::write_int_attribute(file, "vocab", 10);
+  }
+  data::SplitReader train(out, "train", 32);
+  EXPECT_EQ(train.classes(), 10);
+  const std::string message = train.find_bad_values(0, train.size());
+  EXPECT_NE(message.find("/train/tokens: token "), std::string::npos) << message;
+  EXPECT_NE(message.find("outside [0, 10)"), std::string::npos) << message;
+}
