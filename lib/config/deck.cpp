@@ -318,8 +318,9 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
     if (v < 0 || v >= 1) fail(key, fmt::format("{} is out of range (0 <= value < 1)", v));
   if (!(d.optim.eps > 0)) fail("optim.eps", fmt::format("{} must be > 0", d.optim.eps));
   at_least("optim.clip_grad_norm", d.optim.clip_grad_norm, 0);
-  if (one_of("optim.precision", d.optim.precision, {"fp32", "bf16", "fp16"}) && d.optim.precision != "fp32")
-    fail("optim.precision", fmt::format("'{}' requested; this version trains in fp32 only", d.optim.precision));
+  if (one_of("optim.precision", d.optim.precision, {"fp32", "bf16", "fp16"}) && d.optim.precision == "fp16" &&
+      !env.cuda_available)
+    fail("optim.precision", "'fp16' needs a GPU (run.device = cuda); on the CPU autocast computes in bf16 only");
   const bool batches_ok = d.optim.global_batch >= 1 && d.optim.micro_batch >= 1;
   at_least("optim.global_batch", static_cast<double>(d.optim.global_batch), 1);
   at_least("optim.micro_batch", static_cast<double>(d.optim.micro_batch), 1);

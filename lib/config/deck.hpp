@@ -64,7 +64,7 @@
   X(optim, micro_batch, int64_t, 64,                                                            \
     "samples per rank per micro-step; accumulation = global_batch / (micro_batch x dp)")        \
   X(optim, clip_grad_norm, double, 1.0, "clip gradients to this global L2 norm; 0 = off")       \
-  X(optim, precision, std::string, "fp32", "fp32 | bf16 | fp16 (only fp32 in this version)")
+  X(optim, precision, std::string, "fp32", "fp32 | bf16 | fp16: bf16/fp16 matmuls under autocast, fp32 master weights; fp16 (GPU) adds dynamic loss scaling")
 
 #define TRIDENT_DECK_CHECKPOINT(X)                                                              \
   X(checkpoint, every_steps, int64_t, 0,                                                        \

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/timer.hpp"
+#include "optim/precision.hpp"
 #include "parallel/schedule.hpp"
 
 namespace trident::parallel {
@@ -64,11 +65,13 @@ double Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::fun
           if (last()) labels[i] = batch.labels;
         }
         ScopedTimer t(forward_s);
-        outputs[i] = model_->forward(inputs[i]);
-        if (last()) {
-          losses[i] = loss_of(outputs[i], labels[i], torch::Reduction::Mean);
-          loss_sum += losses[i].item<double>();
+        {
+          optim::AutocastScope autocast(compute_type_, cuda_);
+          // Stage boundaries and the loss stay fp32 whatever the layers computed in.
+          outputs[i] = model_->forward(inputs[i]).to(at::kFloat);
+          if (last()) losses[i] = loss_of(outputs[i], labels[i], torch::Reduction::Mean);
         }
+        if (last()) loss_sum += losses[i].item<double>();
         stats_.peak_alive = std::max(stats_.peak_alive, ++alive);
         break;
       }
@@ -116,7 +119,11 @@ std::pair<double, double> Pipeline::evaluate(int64_t n, const std::function<data
     labels = batch.labels;
   }
   if (!first()) x = receive(input_shape_, n, stage_ - 1, activation_tag(0));
-  at::Tensor y = model_->forward(x);
+  at::Tensor y;
+  {
+    optim::AutocastScope autocast(compute_type_, cuda_);
+    y = model_->forward(x).to(at::kFloat);
+  }
   if (!last()) {
     comm_.send(y.contiguous(), stage_ + 1, activation_tag(0));
     return {0.0, 0.0};

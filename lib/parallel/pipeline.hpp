@@ -28,6 +28,13 @@ class Pipeline {
   Pipeline(comm::Communicator& pp_comm, int stage, int pp, model::LayerStack stage_model,
            std::vector<int64_t> input_shape, std::vector<int64_t> output_shape, std::string schedule);
 
+  // Forwards under autocast in `type` (Float = off, optim/precision.hpp). Stages still exchange
+  // fp32 activations and gradients.
+  void set_compute_type(c10::ScalarType type, bool cuda) {
+    compute_type_ = type;
+    cuda_ = cuda;
+  }
+
   bool first() const { return stage_ == 0; }
   bool last() const { return stage_ == pp_ - 1; }
   model::LayerStack& model() { return model_; }
@@ -53,6 +60,8 @@ class Pipeline {
   std::vector<int64_t> input_shape_, output_shape_;
   std::string schedule_;
   StageStats stats_;
+  c10::ScalarType compute_type_ = c10::ScalarType::Float;
+  bool cuda_ = false;
 };
 
 }  // namespace trident::parallel

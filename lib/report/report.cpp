@@ -64,6 +64,10 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["throughput"] = {{"samples_per_s", s.samples_per_s},       {"step_time_s", s.step_time_s},
                      {"tokens_per_s", or_null(s.tokens_per_s)}, {"tflops", or_null(s.tflops)},
                      {"mfu", or_null(s.mfu)},                   {"peak_tflops", or_null(s.peak_tflops)}};
+  r["precision"] = {{"compute", s.deck.optim.precision},
+                    {"master_weights", "fp32"},
+                    {"loss_scale", or_null(s.loss_scale)},
+                    {"skipped_steps", s.skipped_steps ? json(*s.skipped_steps) : json(nullptr)}};
   r["time_s"] = {{"total", s.time.total},         {"data_wait", s.time.data_wait},
                  {"forward", s.time.forward},     {"backward", s.time.backward},
                  {"comm_exposed", s.time.comm_exposed}, {"optimizer", s.time.optimizer},
@@ -114,8 +118,10 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::write(const MetricsRecord& m) {
   if (!file_) return;
-  const json line = {{"step", m.step}, {"epoch", m.epoch}, {"loss", m.loss},
-                     {"lr", m.lr},     {"samples_per_s", m.samples_per_s}, {"grad_norm", m.grad_norm}};
+  json line = {{"step", m.step}, {"epoch", m.epoch}, {"loss", m.loss},
+               {"lr", m.lr},     {"samples_per_s", m.samples_per_s}, {"grad_norm", m.grad_norm}};
+  if (m.loss_scale) line["loss_scale"] = *m.loss_scale;
+  if (m.skipped_steps) line["skipped_steps"] = *m.skipped_steps;
   std::fprintf(file_, "%s\n", line.dump().c_str());
   std::fflush(file_);
 }

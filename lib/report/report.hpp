@@ -43,6 +43,8 @@ struct Summary {
   // Token models only: tokens/s over all ranks; achieved TFLOP/s per rank (training FLOPs per
   // token x tokens/s / world); MFU against peak_tflops (absent when no peak applies).
   std::optional<double> tokens_per_s, tflops, mfu, peak_tflops;
+  std::optional<double> loss_scale;      // fp16: the final dynamic loss scale
+  std::optional<int64_t> skipped_steps;  // fp16: steps skipped because the gradients overflowed
   PhaseTimes time;     // max over ranks
   ModelState memory;   // max over ranks
   int64_t peak_bytes = 0;  // max over ranks of the peak resident set
@@ -58,6 +60,8 @@ void write_report_json(const std::string& path, const Summary& summary);
 struct MetricsRecord {
   int64_t step = 0, epoch = 0;
   double loss = 0, lr = 0, samples_per_s = 0, grad_norm = 0;
+  std::optional<double> loss_scale;            // fp16 only
+  std::optional<int64_t> skipped_steps;        // fp16 only: steps skipped on overflow so far
 };
 
 // Appends one JSON object per line; flushed per record so a killed run keeps what it logged.

@@ -25,6 +25,7 @@
 #include "model/model.hpp"
 #include "optim/flat_params.hpp"
 #include "optim/optimizer.hpp"
+#include "optim/precision.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/pipeline.hpp"
@@ -51,6 +52,7 @@ struct Trainer::State {
   std::unique_ptr<parallel::GradSync> grad_sync;
   std::unique_ptr<optim::Optimizer> optimizer;
   optim::LrSchedule schedule;
+  std::unique_ptr<optim::LossScaler> scaler;  // fp16 only
   int threads = 1;
   std::pair<int, int> stage_layers{0, 0};  // [first, end) of the model's layers on this stage
   int64_t accumulation = 1, total_steps = 0, epochs = 0;
@@ -386,6 +388,8 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   s.grad_sync = parallel::make_grad_sync(deck, *s.flat, s.model, *s.dp_comm);
   s.optimizer = optim::make_optimizer(deck);
   s.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, s.total_steps};
+  s.pipeline->set_compute_type(optim::compute_type(deck.optim.precision), /*cuda=*/false);
+  if (deck.optim.precision == "fp16") s.scaler = std::make_unique<optim::LossScaler>();
 
   prepare_output_dir(s);
 
@@ -453,9 +457,10 @@ Result Trainer::run() {
     epoch_loss_sum = 0;
     epoch_steps = 0;
     for (int64_t step = first; step < end; ++step) {
+      const double scale = s.scaler ? s.scaler->scale() : 1.0;
       double step_loss = pipe.run_step(static_cast<int>(s.accumulation), deck.optim.micro_batch,
-                                       [&] { return loader->next(); }, *s.grad_sync, loss_scale, s.times.forward,
-                                       s.times.backward);
+                                       [&] { return loader->next(); }, *s.grad_sync, loss_scale * scale,
+                                       s.times.forward, s.times.backward);
       s.grad_sync->finish();
       double grad_norm = 0;
       const double lr = s.schedule.at(step);
@@ -467,15 +472,28 @@ Result Trainer::run() {
         double squares = grads.pow(2).sum().item<double>();
         if (s.grad_sync->sharded()) squares = sum_over(topo.dp_comm(), squares);
         if (topo.pp() > 1) squares = sum_over(topo.pp_comm(), squares);
+        // fp16: an overflow in the scaled gradients skips the step and lowers the scale; every
+        // rank sees the same global sum, so all skip together.
+        const bool apply = !s.scaler || s.scaler->update(std::isfinite(squares));
+        if (apply && s.scaler) {
+          grads.div_(scale);
+          squares /= scale * scale;
+        }
         // Every rank has the same global sum, so all stop here together, before the update and
         // before any checkpoint could store damaged weights.
-        if (!std::isfinite(squares))
+        if (apply && !std::isfinite(squares))
           throw Diverged(fmt::format("step {}: the gradient norm is {} (loss {} on this rank); the parameters "
                                      "were not updated and no checkpoint was written for this step; lower "
                                      "optim.lr or check the data (data.check_finite = true)",
                                      step + 1, std::sqrt(squares), step_loss / static_cast<double>(s.accumulation)));
-        grad_norm = optim::clip_by_global_norm(grads, squares, deck.optim.clip_grad_norm);
-        s.optimizer->step(params, grads, lr);
+        if (apply) {
+          grad_norm = optim::clip_by_global_norm(grads, squares, deck.optim.clip_grad_norm);
+          s.optimizer->step(params, grads, lr);
+        } else {
+          grads.zero_();
+          log::info("step {}: fp16 gradients overflowed; step skipped, loss scale now {}", step + 1,
+                    s.scaler->scale());
+        }
         s.grad_sync->after_step();
       }
       step_loss /= static_cast<double>(s.accumulation);
@@ -489,7 +507,14 @@ Result Trainer::run() {
         const double eta = static_cast<double>(s.total_steps - step - 1) * window.seconds() / window_steps;
         log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
                   epoch + 1, s.epochs, step + 1, s.total_steps, loss, lr, grad_norm, rate, eta_text(eta));
-        if (metrics) metrics->write({step + 1, epoch, loss, lr, rate, grad_norm});
+        if (metrics) {
+          report::MetricsRecord record{step + 1, epoch, loss, lr, rate, grad_norm, {}, {}};
+          if (s.scaler) {
+            record.loss_scale = s.scaler->scale();
+            record.skipped_steps = s.scaler->skipped_steps();
+          }
+          metrics->write(record);
+        }
         result.logged_losses.emplace_back(step + 1, loss);
         result.logged_grad_norms.push_back(grad_norm);
         window.reset();
@@ -566,6 +591,10 @@ Result Trainer::run() {
                      1e12 / s.world.size;
     if (deck.run.peak_tflops > 0) summary.peak_tflops = deck.run.peak_tflops;
     if (summary.peak_tflops) summary.mfu = *summary.tflops / *summary.peak_tflops;
+  }
+  if (s.scaler) {
+    summary.loss_scale = s.scaler->scale();
+    summary.skipped_steps = s.scaler->skipped_steps();
   }
   summary.step_time_s = train_seconds / static_cast<double>(std::max<int64_t>(1, s.total_steps - s.start_step));
   summary.resumed_from = s.resumed_from;
