@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "comm/backend.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
@@ -61,6 +62,23 @@ TEST(Communicator, BroadcastAndSendRecv) {
     w.comm.send(send, (w.r + 1) % w.n, 7);
   }
   EXPECT_EQ(recv[0].item<float>(), static_cast<float>((w.r + w.n - 1) % w.n));
+}
+
+TEST(Backend, FactoryMakesTheBackendsThisBuildHas) {
+  Ranks w;
+  const auto mpi = comm::make_communicator("mpi", MPI_COMM_WORLD, 30.0);
+  EXPECT_EQ(mpi->backend(), "mpi");
+  EXPECT_EQ(mpi->rank(), w.r);
+  EXPECT_EQ(mpi->size(), w.n);
+  EXPECT_THROW(comm::make_communicator("gloo", MPI_COMM_WORLD, 30.0), BadInput);
+  if (comm::nccl_backend_built()) return;  // creating one needs a GPU per rank: tests/gpu
+  EXPECT_EQ(comm::nccl_version(), "");
+  try {
+    comm::make_communicator("nccl", MPI_COMM_WORLD, 30.0);
+    ADD_FAILURE() << "the NCCL backend was made in a build without it";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("built without the NCCL backend"), std::string::npos) << e.what();
+  }
 }
 
 TEST(World, RanksNodesAndLocalRanks) {
