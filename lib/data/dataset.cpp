@@ -53,12 +53,7 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
   if (H5Tget_class(label_type) != H5T_INTEGER)
     bad(fmt::format("/{}/labels has type {}; expected integers", split, type_name(label_type)));
 
-  if (H5Aexists(file_, "classes") <= 0) bad("root attribute 'classes' is missing");
-  Hid attr(HDF5_CHECK(H5Aopen(file_, "classes", H5P_DEFAULT)));
-  long long classes = 0;
-  HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &classes));
-  if (classes < 2) bad(fmt::format("attribute 'classes' = {} (must be >= 2)", classes));
-  classes_ = classes;
+  classes_ = read_count_attribute("classes");
 
   // Labels are small (8 bytes a sample): all of them are checked once, here.
   std::vector<int64_t> all(static_cast<size_t>(size_));
@@ -86,12 +81,16 @@ void SplitReader::open_tokens() {
   if (size_ < 1)
     bad(fmt::format("{} has {} tokens, fewer than one sample of model.seq_len + 1 = {}", name, count, seq_len_ + 1));
   sample_shape_ = {seq_len_};
-  if (H5Aexists(file_, "vocab") <= 0) bad("root attribute 'vocab' is missing (a token dataset needs it)");
-  Hid attr(HDF5_CHECK(H5Aopen(file_, "vocab", H5P_DEFAULT)));
-  long long vocab = 0;
-  HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &vocab));
-  if (vocab < 2) bad(fmt::format("attribute 'vocab' = {} (must be >= 2)", vocab));
-  classes_ = vocab;
+  classes_ = read_count_attribute("vocab");
+}
+
+long long SplitReader::read_count_attribute(const char* name) {
+  if (H5Aexists(file_, name) <= 0) fatal_all(fmt::format("data.path {}: root attribute '{}' is missing", path_, name));
+  Hid attr(HDF5_CHECK(H5Aopen(file_, name, H5P_DEFAULT)));
+  long long count = 0;
+  HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &count));
+  if (count < 2) fatal_all(fmt::format("data.path {}: attribute '{}' = {} (must be >= 2)", path_, name, count));
+  return count;
 }
 
 std::string SplitReader::find_bad_values(int64_t begin, int64_t end) {

@@ -47,6 +47,7 @@ class SplitReader {
  private:
   std::string path_, split_;
   void open_tokens();
+  long long read_count_attribute(const char* name);  // 'classes' or 'vocab', >= 2
   at::Tensor read_windows(const std::vector<int64_t>& indices);  // int64 [n, seq_len + 1]
   void read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
   Hid file_, inputs_, labels_, tokens_;

@@ -51,8 +51,8 @@ TEST(GptTraining, LossFallsOnTheTextCorpus) {
   deck.model.d_model = 64;
   const auto run = train_on(deck, MPI_COMM_SELF, "alone");
   ASSERT_EQ(run.result.logged_losses.size(), 6u);
-  // Step 10 is still near ln 256 = 5.55 territory; by step 60 a byte-level model has learnt
-  // the letter frequencies and common pairs: well under 3.5 nats (ln 256 = 5.55).
+  // From ln 256 = 5.55 at the start, still above 2.8 at step 10; by step 60 a byte-level model
+  // has learnt the letter frequencies and common pairs: under 3.5 nats (measured ~2.8).
   EXPECT_GT(run.result.logged_losses.front().second, 2.8);
   EXPECT_LT(run.result.logged_losses.back().second, 3.5);
   EXPECT_LT(run.result.logged_losses.back().second, run.result.logged_losses.front().second - 0.3);
