@@ -109,9 +109,9 @@ std::string dataset_name(const std::string& group, const std::string& name) { re
 std::string meta_text(const Meta& m) {
   return fmt::format(
       "format_version={}\nstep={}\nepoch={}\ncursor={}\noptimizer_steps={}\nglobal_batch={}\nworld={}\ndp={}\npp={}\n"
-      "zero={}\ntrident_version={}\ntorch_version={}\n",
+      "zero={}\ntrident_version={}\ntorch_version={}\nloss_scale={}\nloss_scale_good_steps={}\nskipped_steps={}\n",
       kFormatVersion, m.step, m.epoch, m.cursor, m.optimizer_steps, m.global_batch, m.world, m.dp, m.pp, m.zero,
-      m.trident_version, m.torch_version);
+      m.trident_version, m.torch_version, m.loss_scale, m.loss_scale_good_steps, m.skipped_steps);
 }
 
 std::map<std::string, std::string> parse_lines(const std::string& text) {
@@ -370,6 +370,11 @@ Reader::Reader(const std::string& path) : path_(path), file_(-1) {
   meta_.zero = static_cast<int>(num("zero"));
   meta_.trident_version = m["trident_version"];
   meta_.torch_version = m["torch_version"];
+  if (m.count("loss_scale")) {
+    meta_.loss_scale = std::stod(m["loss_scale"]);
+    meta_.loss_scale_good_steps = num("loss_scale_good_steps");
+    meta_.skipped_steps = num("skipped_steps");
+  }
   meta_.deck = data::read_string_attribute(file_, "deck");
 }
 

@@ -29,6 +29,10 @@ struct Meta {
   int64_t step = 0, epoch = 0, cursor = 0, optimizer_steps = 0, global_batch = 0;
   int world = 1, dp = 1, pp = 1, zero = 0;
   std::string deck, trident_version, torch_version;
+  // fp16's dynamic loss scale (0: the run did not scale), good steps since it last changed,
+  // steps skipped so far. Files without these lines (older writers) read as 0.
+  double loss_scale = 0;
+  int64_t loss_scale_good_steps = 0, skipped_steps = 0;
 };
 
 // What one rank writes: elements [begin, end) of its stage's flat parameter buffer and of each

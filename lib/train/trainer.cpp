@@ -290,6 +290,11 @@ void save_checkpoint(Trainer::State& s, int64_t step) {
   meta.deck = config::deck_to_ini(s.deck);
   meta.trident_version = TRIDENT_VERSION;
   meta.torch_version = TORCH_VERSION;
+  if (s.scaler) {
+    meta.loss_scale = s.scaler->scale();
+    meta.loss_scale_good_steps = s.scaler->good_steps();
+    meta.skipped_steps = s.scaler->skipped_steps();
+  }
   const std::string path = checkpoint::save(checkpoint_dir(s), meta, s.all_params, state_names, s.all_buffers, shard,
                                             s.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
   const double seconds = watch.seconds();
@@ -331,6 +336,10 @@ void load_checkpoint(Trainer::State& s, const std::string& path) {
       state.copy_(reader.read_flat("optim/" + name, mine, part ? range.begin : 0, part ? range.end : n));
     }
     s.optimizer->set_steps(meta.optimizer_steps);
+    // fp16 continues with the saved loss scale (a checkpoint of an fp32/bf16 run has none: the
+    // scaler starts afresh).
+    if (s.scaler && meta.loss_scale > 0)
+      s.scaler->restore(meta.loss_scale, meta.loss_scale_good_steps, meta.skipped_steps);
     for (auto& b : s.model->named_buffers())
       if (b.value().is_floating_point()) b.value().copy_(reader.read_tensor("/buffers/" + b.key()).view(b.value().sizes()));
     s.start_step = meta.step;

@@ -156,3 +156,41 @@ TEST(Checkpoint, DamageIsDetectedAndAutoFallsBack) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+// The metadata a resume needs beyond the tensors survive a save and a read: step, cursor,
+// optimizer steps, layout, and fp16's loss scale with its window position and skipped steps.
+TEST(Checkpoint, MetadataRoundTripsIncludingTheLossScale) {
+  checkpoint::Meta meta;
+  meta.step = 7;
+  meta.epoch = 1;
+  meta.cursor = 7 * 32;
+  meta.optimizer_steps = 7;
+  meta.global_batch = 32;
+  meta.world = world_size();
+  meta.dp = world_size();
+  meta.loss_scale = 16384;
+  meta.loss_scale_good_steps = 123;
+  meta.skipped_steps = 4;
+  meta.deck = "[run]\nname = meta\n";
+  const std::vector<checkpoint::TensorEntry> params{{"w", {2, 3}, 0, 0, 6}};
+  // Each rank writes a contiguous part of the one tensor.
+  const int64_t begin = 6 * world_rank() / world_size(), end = 6 * (world_rank() + 1) / world_size();
+  checkpoint::Shard shard;
+  shard.begin = begin;
+  shard.end = end;
+  shard.params = torch::arange(begin, end, torch::kFloat);
+  shard.states.emplace_back("m", shard.params * 2);
+  const std::string dir = dir_for("ck_meta", MPI_COMM_WORLD) + "/checkpoints";
+  const std::string path = checkpoint::save(dir, meta, params, {"m"}, {}, shard, MPI_COMM_WORLD, 2);
+  checkpoint::Reader reader(path);
+  const auto& read = reader.meta();
+  EXPECT_EQ(read.step, 7);
+  EXPECT_EQ(read.cursor, 224);
+  EXPECT_EQ(read.optimizer_steps, 7);
+  EXPECT_EQ(read.world, world_size());
+  EXPECT_EQ(read.loss_scale, 16384.0);
+  EXPECT_EQ(read.loss_scale_good_steps, 123);
+  EXPECT_EQ(read.skipped_steps, 4);
+  EXPECT_TRUE(torch::equal(reader.read_flat("params", params, 0, 6), torch::arange(0, 6, torch::kFloat)));
+  EXPECT_TRUE(torch::equal(reader.read_flat("optim/m", params, 0, 6), torch::arange(0, 6, torch::kFloat) * 2));
+}
