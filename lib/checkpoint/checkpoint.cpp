@@ -147,11 +147,17 @@ bool read_blocks(hid_t dataset, std::vector<int64_t>& blocks) {
   return true;
 }
 
+// Tensors are float32; the RNG states (/rng/cpu) are bytes.
+hid_t memory_type(at::ScalarType type) { return type == at::kByte ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT; }
+hid_t file_type(at::ScalarType type) { return type == at::kByte ? H5T_STD_U8LE : H5T_IEEE_F32LE; }
+
 at::Tensor read_elements(hid_t dataset, int64_t lo, int64_t hi) {
-  at::Tensor out = at::empty({hi - lo}, at::kFloat);
+  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
+  const at::ScalarType stored = H5Tget_size(type) == 1 ? at::kByte : at::kFloat;
+  at::Tensor out = at::empty({hi - lo}, stored);
   Hid file_space = select_range(dataset, static_cast<hsize_t>(lo), static_cast<hsize_t>(hi));
   Hid mem = memory_space(static_cast<hsize_t>(hi - lo));
-  HDF5_CHECK(H5Dread(dataset, H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, out.data_ptr()));
+  HDF5_CHECK(H5Dread(dataset, memory_type(stored), mem, file_space, H5P_DEFAULT, out.data_ptr()));
   return out;
 }
 
@@ -204,7 +210,7 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
   Hid creation(HDF5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
   HDF5_CHECK(H5Pset_fill_time(creation, H5D_FILL_TIME_NEVER));
 
-  std::vector<std::string> groups{"params", "optim", "buffers"};
+  std::vector<std::string> groups{"params", "optim", "buffers", "rng"};
   for (const auto& s : state_names) groups.push_back("optim/" + s);
   for (const auto& g : groups) Hid(HDF5_CHECK(H5Gcreate2(file, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
 
@@ -219,16 +225,16 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
   // a collective HDF5 call the failed one never makes.
   std::string write_error;
   auto write = [&](const std::string& path, const std::vector<int64_t>& shape, int64_t lo, int64_t hi,
-                   const at::Tensor& source) {
+                   const at::Tensor& source, at::ScalarType type = at::kFloat) {
     std::vector<hsize_t> dims(shape.begin(), shape.end());
     Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
     Hid dataset(HDF5_CHECK(
-        H5Dcreate2(file, path.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, creation, H5P_DEFAULT)));
+        H5Dcreate2(file, path.c_str(), file_type(type), space, H5P_DEFAULT, creation, H5P_DEFAULT)));
     Hid file_space = select_range(dataset, static_cast<hsize_t>(lo), static_cast<hsize_t>(hi));
     Hid mem = memory_space(static_cast<hsize_t>(hi - lo));
-    const at::Tensor data = hi > lo ? source.contiguous() : at::zeros({1}, at::kFloat);
+    const at::Tensor data = hi > lo ? source.contiguous() : at::zeros({1}, type);
     if (hi > lo && write_error.empty() &&
-        H5Dwrite(dataset, H5T_NATIVE_FLOAT, mem, file_space, transfer, data.data_ptr()) < 0)
+        H5Dwrite(dataset, memory_type(type), mem, file_space, transfer, data.data_ptr()) < 0)
       write_error = fmt::format("{}: writing {} failed: {}", who(), path, innermost(hdf5_error_text()));
     if (hi > lo) mine.push_back({static_cast<int64_t>(names.size()), lo, hi, crc_of(data)});
     names.push_back(path);
@@ -254,9 +260,15 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
           writes ? it->second.reshape({-1}) : at::Tensor());
   }
 
-  // Checksums: every rank learns every block, then all write the same attributes (collective).
+  // Every rank's RNG state, one row each (the states of one generator kind have one size).
   int size = 1;
   MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (shard.rng_state.defined()) {
+    const int64_t bytes = shard.rng_state.numel();
+    write("/rng/cpu", {size, bytes}, rank * bytes, (rank + 1) * bytes, shard.rng_state, at::kByte);
+  }
+
+  // Checksums: every rank learns every block, then all write the same attributes (collective).
   const int my_count = static_cast<int>(mine.size() * 4);
   std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
   MPI_CHECK(MPI_Allgather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
@@ -411,6 +423,18 @@ at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorE
     out.narrow(0, lo - begin, hi - lo).copy_(read_elements(dataset, lo - t.offset, hi - t.offset));
   }
   return out;
+}
+
+at::Tensor Reader::read_rng_state(int rank) const {
+  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  if (!data::link_exists(file_, "rng/cpu")) return at::Tensor();
+  Hid dataset(HDF5_CHECK(H5Dopen2(file_, "/rng/cpu", H5P_DEFAULT)));
+  const auto shape = data::dataset_shape(dataset);
+  if (shape.size() != 2 || rank >= static_cast<int>(shape[0])) return at::Tensor();
+  const auto bytes = static_cast<int64_t>(shape[1]);
+  const std::string problem = check_blocks(dataset, "/rng/cpu", rank * bytes, (rank + 1) * bytes);
+  if (!problem.empty()) fatal_all(fmt::format("checkpoint {}: {}", path_, problem));
+  return read_elements(dataset, rank * bytes, (rank + 1) * bytes);
 }
 
 at::Tensor Reader::read_tensor(const std::string& name) const {

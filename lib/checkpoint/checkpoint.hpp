@@ -43,6 +43,7 @@ struct Shard {
   at::Tensor params;
   std::vector<std::pair<std::string, at::Tensor>> states;
   std::vector<std::pair<std::string, at::Tensor>> buffers;  // empty on ranks that do not write them
+  at::Tensor rng_state;  // this rank's CPU generator state (uint8); every rank passes one or none
 };
 
 // Collective over `comm`. `params` and `buffers` list the whole model (every rank passes the
@@ -68,6 +69,9 @@ class Reader {
   at::Tensor read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
                        int64_t end) const;
   at::Tensor read_tensor(const std::string& dataset) const;
+  // The CPU generator state rank `rank` saved (uint8), or an undefined tensor when the file has
+  // none for that rank (an older file, or fewer ranks wrote it).
+  at::Tensor read_rng_state(int rank) const;
 
  private:
   std::string path_;

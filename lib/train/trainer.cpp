@@ -275,6 +275,7 @@ void save_checkpoint(Trainer::State& s, int64_t step) {
   if (s.topology->dp_rank() == 0)
     for (const auto& b : s.model->named_buffers())
       if (b.value().is_floating_point()) shard.buffers.emplace_back(b.key(), b.value());
+  shard.rng_state = at::detail::getDefaultCPUGenerator().get_state();
   std::vector<std::string> state_names;
   for (auto& st : s.optimizer->state()) state_names.push_back(st.first);
   checkpoint::Meta meta;
@@ -342,6 +343,16 @@ void load_checkpoint(Trainer::State& s, const std::string& path) {
       s.scaler->restore(meta.loss_scale, meta.loss_scale_good_steps, meta.skipped_steps);
     for (auto& b : s.model->named_buffers())
       if (b.value().is_floating_point()) b.value().copy_(reader.read_tensor("/buffers/" + b.key()).view(b.value().sizes()));
+    // Every rank continues its own random stream when the world size is the one that wrote the
+    // file; under another world size the streams cannot map one to one and stay as seeded.
+    // (Training itself draws no random numbers after initialisation: the data order comes
+    // from run.seed and the step, so resuming is exact either way.)
+    if (meta.world == s.world.size)
+      if (const at::Tensor rng = reader.read_rng_state(s.world.rank); rng.defined()) {
+        at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the default one
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        generator.set_state(rng);
+      }
     s.start_step = meta.step;
     s.bytes_read += 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(s.optimizer->state().size())));
   } catch (const BadInput& e) {

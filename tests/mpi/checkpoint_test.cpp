@@ -194,3 +194,27 @@ TEST(Checkpoint, MetadataRoundTripsIncludingTheLossScale) {
   EXPECT_TRUE(torch::equal(reader.read_flat("params", params, 0, 6), torch::arange(0, 6, torch::kFloat)));
   EXPECT_TRUE(torch::equal(reader.read_flat("optim/m", params, 0, 6), torch::arange(0, 6, torch::kFloat) * 2));
 }
+
+// Each rank's random stream continues where it was: the numbers drawn after a resume equal the
+// ones an uninterrupted run would draw next, on every rank (their streams differ).
+TEST(Checkpoint, EveryRanksRandomStreamIsRestored) {
+  auto deck = tiny_deck("mlp", "ck_rng");
+  deck.run.max_steps = 3;
+  const std::string dir = dir_for("ck_rng", MPI_COMM_WORLD);
+  deck.run.output_dir = dir;
+  {
+    train::Trainer first(deck, MPI_COMM_WORLD, "never");  // seeds and initialises the model
+    torch::manual_seed(1000 + world_rank());            // then a different stream per rank
+    first.run();                                        // saves at step 3 with the generator as it is
+  }
+  const auto expected = torch::rand({4});  // what the stream gives next
+  torch::manual_seed(42);                       // disturb it
+  train::Trainer resumed(deck, MPI_COMM_WORLD, dir + "/checkpoints/step_0000003.h5");
+  EXPECT_TRUE(torch::equal(torch::rand({4}), expected)) << "rank " << world_rank();
+  // The ranks' streams really differ (so each got its own back, not rank 0's).
+  auto mine = expected.clone(), first = expected.clone();
+  MPI_Bcast(first.data_ptr(), 4, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  if (world_rank() > 0) {
+    EXPECT_FALSE(torch::equal(mine, first));
+  }
+}
