@@ -448,6 +448,24 @@ Result Trainer::run() {
             s.sampler->steps_per_epoch(), s.total_steps);
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
 
+  if (s.start_step >= s.total_steps) {
+    // A requeued job whose run had already finished: the checkpoint holds the trained model and
+    // report.json / metrics.jsonl describe that run. Rewriting them from zero steps would put
+    // zero throughput and no losses where the real figures are; evaluate and leave them be.
+    const Evaluation done = evaluate(s);
+    log::info("nothing to train: {} is at step {} of {}; report.json and metrics.jsonl left as they are | test "
+              "loss {:.4f} | test accuracy {:.2f}%",
+              s.resumed_from, s.start_step, s.total_steps, done.loss, 100.0 * done.accuracy);
+    s.watchdog->stop();
+    Result result;
+    result.steps = s.total_steps;
+    result.first_step = s.start_step;
+    result.resumed_from = s.resumed_from;
+    result.test_loss = done.loss;
+    result.test_accuracy = done.accuracy;
+    return result;
+  }
+
   std::unique_ptr<report::MetricsLog> metrics;
   if (s.world.rank == 0)
     metrics = std::make_unique<report::MetricsLog>(deck.run.output_dir + "/metrics.jsonl", s.start_step > 0);

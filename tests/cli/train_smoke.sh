@@ -23,4 +23,13 @@ for field in '"world": '"$np" '"dp": '"$np" '"steps": 12' '"test_accuracy"' '"sa
 done
 [ "$(wc -l < runs/smoke/metrics.jsonl)" = 3 ] || fail "metrics.jsonl should have 3 records (steps 4, 8, 12)"
 grep -q '"step":12' runs/smoke/metrics.jsonl || fail "metrics.jsonl lacks step 12"
+
+# A requeued job whose run had already finished: exit 0, and report.json, metrics.jsonl and the
+# checkpoints stay exactly as the finished run left them.
+before=$(md5sum runs/smoke/report.json runs/smoke/metrics.jsonl runs/smoke/checkpoints/*)
+again=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke         --set run.max_steps=12 --set run.log_every=4 --set optim.global_batch=64 --set optim.micro_batch=16 2>&1) ||
+  fail "resuming a finished run exited $?: $again"
+grep -q "nothing to train: .*step_0000012.h5 is at step 12 of 12" <<<"$again" || fail "no 'nothing to train' line: $again"
+[ "$(md5sum runs/smoke/report.json runs/smoke/metrics.jsonl runs/smoke/checkpoints/*)" = "$before" ] ||
+  fail "resuming a finished run changed its files"
 echo PASS
