@@ -14,48 +14,56 @@ args=(--set data.path=syn.h5 --set model.kind=mlp --set model.hidden=$hidden --s
       --set optim.global_batch=64 --set optim.micro_batch=32 --set run.log_every=1000 --set checkpoint.every_steps=2
       --set checkpoint.keep_last=2)
 # This VM takes a burst of writes (a few hundred MB) at ~5 GB/s and then often slows to ~0.45
-# GB/s (seen with strace on trident's pwrites and with dd and Python alike): both sides start
-# after the same pause and write the same files with the same gaps between them.
-# Page-cache pages this VM has not touched lately are slow to get (host faults), so both sides
-# also start from a dropped page cache.
-pause=${PAUSE:-20}
+# GB/s; page-cache pages it has not touched lately are slow to get (seen with strace on trident's
+# pwrites, and with dd and Python alike), and it drifts from minute to minute. So both sides get
+# the same conditions: a dropped page cache and the same pause before each, the same files with
+# the same gaps, in ROUNDS interleaved rounds; the table gives the medians.
+pause=${PAUSE:-10}
+rounds=${ROUNDS:-3}
 settle() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; sleep "$pause"; }
-settle
-mpiexec -n "$np" "$trident" train /dev/null --set run.name=ck --set run.max_steps=6 "${args[@]}" >write.log 2>&1
-r=runs/ck/report.json
-write_gbs=$(field "$r" write_gb_per_s) saves=$(field "$r" saves) blocked=$(field "$r" blocked_s)
-step_s=$(field "$r" step_time_s)
-file=$(ls runs/ck/checkpoints/step_*.h5 | tail -1)
-bytes=$(stat -c %s "$file")
-# Read: resume the same run (loads the last checkpoint) and train 0 more steps.
-sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-mpiexec -n "$np" "$trident" train /dev/null --set run.name=ck --set run.max_steps=6 "${args[@]}" >read.log 2>&1
-read_gbs=$(field "$r" read_gb_per_s)
-
-# dd writes what trident wrote the way trident wrote it: $saves files of $bytes, each fsynced,
-# two training steps apart (checkpoint.every_steps = 2), the oldest beyond keep_last = 2 removed.
-mb=$((bytes / 1048576 + 1))
-dd_seconds=0
-settle
-for i in $(seq 1 "$saves"); do
-  [ "$i" -gt 1 ] && sleep "$(awk -v s="$step_s" 'BEGIN{print 2 * s}')"
-  start=$(date +%s.%N)
-  dd if=/dev/zero of=dd$i.bin bs=1M count=$mb conv=fsync 2>/dev/null
-  end=$(date +%s.%N)
-  dd_seconds=$(awk -v a="$dd_seconds" -v s="$start" -v e="$end" 'BEGIN{print a + e - s}')
-  [ "$i" -gt 2 ] && rm -f dd$((i - 2)).bin
-done
-dw=$(awk -v n="$saves" -v b="$mb" -v t="$dd_seconds" 'BEGIN{print n * b * 1048576 / t / 1e9}')
-sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-dd_read=$( { dd if=dd$saves.bin of=/dev/null bs=1M 2>&1 >/dev/null; } | tail -1)
 rate() { awk '{for(i=1;i<=NF;i++) if ($i ~ /^[GMk]B\/s$/) {v=$(i-1); u=$i}} END {if (u=="MB/s") v/=1000; if (u=="kB/s") v/=1e6; print v}' <<<"$1"; }
-dr=$(rate "$dd_read")
+median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
+r=runs/ck/report.json
+: >tw; : >tr; : >dw; : >dr; : >blocked
+for round in $(seq 1 "$rounds"); do
+  rm -rf runs dd*.bin
+  settle
+  mpiexec -n "$np" "$trident" train /dev/null --set run.name=ck --set run.max_steps=6 "${args[@]}" >write.log 2>&1
+  field "$r" write_gb_per_s >>tw
+  field "$r" blocked_s >>blocked
+  saves=$(field "$r" saves) step_s=$(field "$r" step_time_s)
+  bytes=$(stat -c %s "$(ls runs/ck/checkpoints/step_*.h5 | tail -1)")
+  # Read: resume the same run (loads the last checkpoint; nothing left to train).
+  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+  mpiexec -n "$np" "$trident" train /dev/null --set run.name=ck --set run.max_steps=8 "${args[@]}" >read.log 2>&1
+  field "$r" read_gb_per_s >>tr
+  rm -rf runs
+  # dd writes what trident wrote the way trident wrote it: $saves files of $bytes, each fsynced,
+  # two training steps apart (checkpoint.every_steps = 2), the oldest beyond keep_last = 2 removed.
+  mb=$((bytes / 1048576 + 1))
+  seconds=0
+  settle
+  for i in $(seq 1 "$saves"); do
+    [ "$i" -gt 1 ] && sleep "$(awk -v s="$step_s" 'BEGIN{print 2 * s}')"
+    start=$(date +%s.%N)
+    dd if=/dev/zero of=dd$i.bin bs=1M count=$mb conv=fsync 2>/dev/null
+    end=$(date +%s.%N)
+    seconds=$(awk -v a="$seconds" -v s="$start" -v e="$end" 'BEGIN{print a + e - s}')
+    [ "$i" -gt 2 ] && rm -f dd$((i - 2)).bin
+  done
+  awk -v n="$saves" -v b="$mb" -v t="$seconds" 'BEGIN{print n * b * 1048576 / t / 1e9}' >>dw
+  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+  rate "$( { dd if=dd$saves.bin of=/dev/null bs=1M 2>&1 >/dev/null; } | tail -1)" >>dr
+  echo "round $round: trident write $(tail -1 tw) read $(tail -1 tr) | dd write $(tail -1 dw) read $(tail -1 dr) GB/s"
+done
+write_gbs=$(median <tw) read_gbs=$(median <tr) dw=$(median <dw) dr=$(median <dr) blocked=$(median <blocked)
 
-printf '\nCheckpoint I/O, %s ranks, mlp %s: %s bytes per checkpoint, %s saves\n' "$np" "$hidden" "$bytes" "$saves"
+printf '\nCheckpoint I/O, %s ranks, mlp %s: %s bytes per checkpoint, %s saves per run, median of %s rounds\n' \
+  "$np" "$hidden" "$bytes" "$saves" "$rounds"
 printf '%-10s %14s %14s %10s\n' "" "trident GB/s" "dd GB/s" "ratio"
 printf '%-10s %14.3f %14.3f %9.1f%%\n' write "$write_gbs" "$dw" "$(awk -v a="$write_gbs" -v b="$dw" 'BEGIN{print 100*a/b}')"
 printf '%-10s %14.3f %14.3f %9.1f%%\n' read "$read_gbs" "$dr" "$(awk -v a="$read_gbs" -v b="$dr" 'BEGIN{print 100*a/b}')"
-printf 'training blocked by saves: %s s over %s saves\n' "$blocked" "$saves"
-printf '{ "ranks": %s, "bytes": %s, "saves": %s, "write_gb_per_s": %s, "read_gb_per_s": %s, "dd_write_gb_per_s": %s, "dd_read_gb_per_s": %s, "blocked_s": %s }\n' \
-  "$np" "$bytes" "$saves" "$write_gbs" "$read_gbs" "$dw" "$dr" "$blocked" >"$out/checkpoint.json"
+printf 'training blocked by saves: %s s per run of %s saves\n' "$blocked" "$saves"
+printf '{ "ranks": %s, "bytes": %s, "saves": %s, "rounds": %s, "write_gb_per_s": %s, "read_gb_per_s": %s, "dd_write_gb_per_s": %s, "dd_read_gb_per_s": %s, "blocked_s": %s, "write_rounds": [%s], "dd_write_rounds": [%s] }\n' \
+  "$np" "$bytes" "$saves" "$rounds" "$write_gbs" "$read_gbs" "$dw" "$dr" "$blocked" "$(paste -sd, tw)" "$(paste -sd, dw)" >"$out/checkpoint.json"
 echo "wrote $out/checkpoint.json"

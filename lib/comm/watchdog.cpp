@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <time.h>  // clock_gettime(CLOCK_THREAD_CPUTIME_ID)
 #include <vector>
 
 #include "comm/progress.hpp"
@@ -101,6 +102,7 @@ struct Watchdog::Impl {
   std::vector<int64_t> heard_ns;                // per peer: when its last beat arrived
   std::vector<MPI_Request> sends, recvs;
   std::atomic<bool> quit{false};
+  std::atomic<double> cpu_seconds{0};  // the thread's own CPU time, updated as it runs
   std::thread thread;
   bool stopped = false;
 
@@ -140,8 +142,16 @@ struct Watchdog::Impl {
         post_recv(p);
       }
       check(monotonic_ns());
+      cpu_seconds.store(thread_cpu_now(), std::memory_order_relaxed);
       std::this_thread::sleep_for(nap);
     }
+    cpu_seconds.store(thread_cpu_now(), std::memory_order_relaxed);
+  }
+
+  static double thread_cpu_now() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
   }
 
   // The rank's state: this rank's now, another's as its last heartbeat said.
@@ -255,6 +265,8 @@ Watchdog::Watchdog(MPI_Comm comm, double timeout_s) {
 }
 
 bool Watchdog::enabled() const { return impl_ != nullptr; }
+
+double Watchdog::thread_cpu_seconds() const { return impl_ ? impl_->cpu_seconds.load() : 0.0; }
 
 void Watchdog::stop() {
   if (!impl_ || impl_->stopped) return;

@@ -33,6 +33,9 @@ class Watchdog {
   // A rank that dies before reaching it is still detected while the others wait.
   void stop();
   bool enabled() const;
+  // CPU time the heartbeat thread has used (its whole cost to this rank's cores; 0 when
+  // disabled). Final once stop() returned.
+  double thread_cpu_seconds() const;
 
  private:
   struct Impl;

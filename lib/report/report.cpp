@@ -68,6 +68,9 @@ void write_report_json(const std::string& path, const Summary& s) {
                     {"master_weights", "fp32"},
                     {"loss_scale", or_null(s.loss_scale)},
                     {"skipped_steps", s.skipped_steps ? json(*s.skipped_steps) : json(nullptr)}};
+  r["watchdog"] = {{"timeout_s", s.watchdog_timeout_s},
+                   {"thread_cpu_s", s.watchdog_cpu_s},
+                   {"cpu_share", s.time.total > 0 ? s.watchdog_cpu_s / s.time.total : 0.0}};
   r["time_s"] = {{"total", s.time.total},         {"data_wait", s.time.data_wait},
                  {"forward", s.time.forward},     {"backward", s.time.backward},
                  {"comm_exposed", s.time.comm_exposed}, {"optimizer", s.time.optimizer},

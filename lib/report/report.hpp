@@ -43,6 +43,7 @@ struct Summary {
   // Token models only: tokens/s over all ranks; achieved TFLOP/s per rank (training FLOPs per
   // token x tokens/s / world); MFU against peak_tflops (absent when no peak applies).
   std::optional<double> tokens_per_s, tflops, mfu, peak_tflops;
+  double watchdog_timeout_s = 0, watchdog_cpu_s = 0;  // the heartbeat thread's CPU time, max over ranks
   std::optional<double> loss_scale;      // fp16: the final dynamic loss scale
   std::optional<int64_t> skipped_steps;  // fp16: steps skipped because the gradients overflowed
   PhaseTimes time;     // max over ranks

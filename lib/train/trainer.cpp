@@ -671,8 +671,10 @@ Result Trainer::run() {
   summary.expected_bubble_fraction =
       topo.pp() > 1 ? parallel::expected_bubble_fraction(topo.pp(), static_cast<int>(s.accumulation)) : 0.0;
   summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(report::peak_rss_bytes())));
-  if (s.world.rank == 0) report::write_report_json(deck.run.output_dir + "/report.json", summary);
   s.watchdog->stop();
+  summary.watchdog_timeout_s = s.watchdog->enabled() ? deck.run.fail_timeout_s : 0.0;
+  summary.watchdog_cpu_s = max_over_ranks(s.world.comm, s.watchdog->thread_cpu_seconds());
+  if (s.world.rank == 0) report::write_report_json(deck.run.output_dir + "/report.json", summary);
   log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
             s.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, deck.run.output_dir);
   return result;
