@@ -34,9 +34,9 @@ struct Layout {
 
 constexpr int64_t kSteps = 6;
 
-// An MLP whose partitions and stage cuts fall inside tensors (31 and 17 are prime), a global
+// An MLP whose ZeRO partitions are uneven and fall inside tensors (hidden 31, 17), a global
 // batch of 32 in micro-batches of 4: accumulation 8 / 4 / 2 at dp 1 / 2 / 4. Collective over
-// the world (the first call writes the dataset).
+// the world (tiny_deck's dataset waits at a barrier): every rank calls it, before any split.
 config::Deck reshard_deck() {
   auto deck = tiny_deck("mlp", "reshard");
   deck.model.hidden = "31,17";
@@ -49,7 +49,8 @@ struct Snapshot {
   std::vector<std::pair<int64_t, double>> losses;
 };
 
-// One rank, never interrupted, `steps` steps (once per process for each count).
+// One rank, never interrupted, `steps` steps of `base` (always reshard_deck(); run once per
+// process for each count).
 const Snapshot& uninterrupted(const config::Deck& base, int64_t steps) {
   static std::map<int64_t, Snapshot> done;
   auto it = done.find(steps);
@@ -113,8 +114,8 @@ std::string checkpoint_of(const std::string& output_dir, int64_t step) {
 
 // One leg on `comm`: `layout` resumes from `from` ("" for a fresh start) at `first_step` and
 // trains to `steps`, ending with a checkpoint there.
-void run_leg(MPI_Comm comm, const config::Deck& base, const Layout& layout, const std::string& from, int64_t first_step, int64_t steps,
-             const std::string& output_dir, const std::string& what) {
+void run_leg(MPI_Comm comm, const config::Deck& base, const Layout& layout, const std::string& from,
+             int64_t first_step, int64_t steps, const std::string& output_dir, const std::string& what) {
   auto deck = base;
   deck.run.max_steps = steps;  // ends with a checkpoint at `steps`
   deck.run.output_dir = output_dir;
