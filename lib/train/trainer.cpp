@@ -429,6 +429,23 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::full_parameters() {
   return out;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> Trainer::full_optimizer_state() {
+  auto& s = *s_;
+  const int64_t n = s.flat->numel();
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& [state_name, state] : s.optimizer->state()) {
+    if (!state.defined()) continue;  // the same on every rank: no step taken, nothing loaded
+    at::Tensor full = state;
+    if (s.grad_sync->sharded()) {  // this rank's partition: owned_range(s), as ZeRO cuts it
+      full = at::empty({n}, state.options());
+      s.dp_comm->all_gather_v(state, full, parallel::Partition(n, s.topology->dp()).counts(0, n));
+    }
+    for (const auto& slot : s.flat->slots)
+      out.emplace_back(state_name + "/" + slot.name, full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
+  }
+  return out;
+}
+
 Result Trainer::run() {
   auto& s = *s_;
   const auto& deck = s.deck;

@@ -34,6 +34,10 @@ class Trainer {
   Result run();
   // This rank's stage's parameters, whole, by name, in model order (collective: ZeRO-3 gathers).
   std::vector<std::pair<std::string, at::Tensor>> full_parameters();
+  // This rank's stage's optimizer state, whole, by "state_name/param_name" (e.g.
+  // "exp_avg/fc1.linear.weight"), in state then model order; empty before the first step or
+  // load (collective over the stage's dp group under ZeRO, which gathers the partitions).
+  std::vector<std::pair<std::string, at::Tensor>> full_optimizer_state();
 
   struct State;  // the run's objects, defined in trainer.cpp
 
