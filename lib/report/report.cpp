@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "comm/backend.hpp"
 #include "core/error.hpp"
 
 namespace trident::report {
@@ -48,7 +49,7 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["trident_version"] = TRIDENT_VERSION;
   r["torch_version"] = TORCH_VERSION;
   r["mpi"] = mpi_library();
-  r["nccl"] = nullptr;
+  r["nccl"] = comm::nccl_version().empty() ? json(nullptr) : json(comm::nccl_version());
   r["deck"] = deck_json(s.deck);
   r["layout"] = {{"world", s.layout.world},       {"nodes", s.layout.nodes},
                  {"dp", s.layout.dp},             {"pp", s.layout.pp},

@@ -10,6 +10,7 @@
 #include <csignal>
 
 #include "checkpoint/checkpoint.hpp"
+#include "comm/device_placement.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/progress.hpp"
 #include "comm/watchdog.hpp"
@@ -53,6 +54,7 @@ struct Trainer::State {
   std::unique_ptr<optim::Optimizer> optimizer;
   optim::LrSchedule schedule;
   std::unique_ptr<optim::LossScaler> scaler;  // fp16 only
+  std::string device = "cpu";                 // where this rank trains (comm/device_placement.hpp)
   int threads = 1;
   std::pair<int, int> stage_layers{0, 0};  // [first, end) of the model's layers on this stage
   int64_t accumulation = 1, total_steps = 0, epochs = 0;
@@ -78,6 +80,25 @@ int threads_per_rank(const config::Deck& deck, const comm::World& world) {
   if (deck.run.threads > 0) return static_cast<int>(deck.run.threads);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return std::max(1, static_cast<int>(cores) / world.local_size);
+}
+
+// run.device -> this rank's device from the node's ranks and the GPUs it sees (one rank per
+// GPU; comm/device_placement.hpp). The training loop is CPU-only in this version: `auto` on a
+// node with GPUs trains on the CPU and says so; `cuda` was refused by the deck's validation.
+void choose_device(Trainer::State& s) {
+  comm::PlacementQuery query;
+  query.requested = s.deck.run.device;
+  query.local_rank = s.world.local_rank;
+  query.local_size = s.world.local_size;
+  query.visible_devices = static_cast<int>(torch::cuda::device_count());
+  query.host = s.world.host;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) query.cuda_visible_devices = visible;
+  const comm::Placement placement = comm::place_device(query);
+  comm::agree_or_throw(s.world.comm, placement.ok() ? "" : "run.device: " + placement.error);
+  if (placement.is_cuda() && s.world.rank == 0)
+    log::info("run.device = auto: {} would train on {}, but this version trains on the CPU only", s.world.host,
+              placement.device);
+  s.device = "cpu";
 }
 
 // Opens both splits on every rank; the verdict (and message) is the same everywhere.
@@ -371,6 +392,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   s.world = comm::World::from(comm);
   s.threads = threads_per_rank(deck, s.world);
   torch::set_num_threads(s.threads);
+  choose_device(s);
 
   const auto dp = static_cast<int>(config::resolved_dp(deck, s.world.size));
   s.topology = std::make_unique<parallel::Topology>(comm, dp, static_cast<int>(deck.parallel.pp));
@@ -455,10 +477,10 @@ Result Trainer::run() {
   log::info("trident {} | LibTorch {} | {}", TRIDENT_VERSION, TORCH_VERSION, topo.describe());
   std::string nodes;
   for (const auto& n : s.world.node_names) nodes += (nodes.empty() ? "" : ",") + n;
-  log::info("layout: world {} on {} node(s) [{}] | dp {} x pp {} | zero {} | backend {} | device cpu | "
+  log::info("layout: world {} on {} node(s) [{}] | dp {} x pp {} | zero {} | backend {} | device {} | "
             "gradients {} | {} thread(s)/rank | global batch {} = micro {} x dp {} x accumulation {}",
             s.world.size, s.world.node_count, nodes, topo.dp(), topo.pp(), deck.parallel.zero, s.dp_comm->backend(),
-            s.grad_sync->name(), s.threads, deck.optim.global_batch, deck.optim.micro_batch, topo.dp(), s.accumulation);
+            s.device, s.grad_sync->name(), s.threads, deck.optim.global_batch, deck.optim.micro_batch, topo.dp(), s.accumulation);
   log::info("model {}: stage {} runs layers [{}, {}) with {} parameters | data {}: {} train / {} test samples, "
             "{} steps/epoch, {} steps",
             deck.model.kind, topo.stage(), s.stage_layers.first, s.stage_layers.second, s.flat->numel(), deck.data.path, s.train_split->size(), s.test_split->size(),
@@ -627,7 +649,7 @@ Result Trainer::run() {
   report::Summary summary;
   summary.deck = deck;
   summary.layout = {s.world.size, s.world.node_count, topo.dp(), topo.pp(), static_cast<int>(deck.parallel.zero),
-                    s.dp_comm->backend(), "cpu", deck.parallel.schedule, s.accumulation, s.threads};
+                    s.dp_comm->backend(), s.device, deck.parallel.schedule, s.accumulation, s.threads};
   summary.steps = s.total_steps;
   summary.epochs = s.epochs;
   summary.parameters = static_cast<int64_t>(sum_over(s.world.comm, static_cast<double>(s.flat->numel())) / topo.dp());
