@@ -114,7 +114,7 @@ struct Watchdog::Impl {
 
   void loop() {
     int64_t next_send = 0;
-    const auto nap = std::chrono::nanoseconds(std::min<int64_t>(period_ns / 4, 50000000));
+    const auto nap = std::chrono::nanoseconds(period_ns / 4);
     while (!quit.load()) {
       const int64_t now = monotonic_ns();
       if (now >= next_send) {
