@@ -10,6 +10,7 @@
 #include <csignal>
 
 #include "checkpoint/checkpoint.hpp"
+#include "comm/backend.hpp"
 #include "comm/device_placement.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/progress.hpp"
@@ -44,7 +45,7 @@ struct Trainer::State {
   config::Deck deck;
   comm::World world;
   std::unique_ptr<parallel::Topology> topology;
-  std::unique_ptr<comm::MpiCommunicator> dp_comm, pp_comm;
+  std::unique_ptr<comm::Communicator> dp_comm, pp_comm;  // parallel.backend's (comm/backend.hpp)
   std::unique_ptr<parallel::Pipeline> pipeline;
   std::shared_ptr<data::SplitReader> train_split, test_split;
   std::unique_ptr<data::GlobalSampler> sampler;
@@ -396,8 +397,10 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
 
   const auto dp = static_cast<int>(config::resolved_dp(deck, s.world.size));
   s.topology = std::make_unique<parallel::Topology>(comm, dp, static_cast<int>(deck.parallel.pp));
-  s.dp_comm = std::make_unique<comm::MpiCommunicator>(s.topology->dp_comm());
-  s.pp_comm = std::make_unique<comm::MpiCommunicator>(s.topology->pp_comm());
+  // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones (this version's loop is on the CPU).
+  const std::string backend = deck.parallel.backend == "auto" ? (s.device == "cpu" ? "mpi" : "nccl") : deck.parallel.backend;
+  s.dp_comm = comm::make_communicator(backend, s.topology->dp_comm(), deck.run.fail_timeout_s);
+  s.pp_comm = comm::make_communicator(backend, s.topology->pp_comm(), deck.run.fail_timeout_s);
 
   // Which checkpoint to resume from is settled first: a bad --resume PATH is bad input.
   std::string note, path, error;
