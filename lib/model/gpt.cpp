@@ -1,7 +1,6 @@
 #include "model/gpt.hpp"
 
 #include <ATen/ATen.h>
-#include <torch/nn/init.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/embedding.h>

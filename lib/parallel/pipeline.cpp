@@ -19,8 +19,7 @@ at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& labels, torch::Re
   namespace F = torch::nn::functional;
   auto options = F::CrossEntropyFuncOptions();
   if (reduction == torch::Reduction::Sum) options.reduction(torch::kSum);
-  if (logits.dim() == 2) return F::cross_entropy(logits, labels, options);
-  return F::cross_entropy(logits.flatten(0, -2), labels.flatten(), options);
+  return F::cross_entropy(logits.flatten(0, -2), labels.flatten(), options);  // no-ops on [n, classes]
 }
 
 std::vector<int64_t> with_batch(int64_t n, const std::vector<int64_t>& sample_shape) {
@@ -34,6 +33,12 @@ Pipeline::Pipeline(comm::Communicator& pp_comm, int stage, int pp, model::LayerS
                    std::vector<int64_t> input_shape, std::vector<int64_t> output_shape, std::string schedule)
     : comm_(pp_comm), stage_(stage), pp_(pp), model_(std::move(stage_model)), input_shape_(std::move(input_shape)),
       output_shape_(std::move(output_shape)), schedule_(std::move(schedule)) {}
+
+at::Tensor Pipeline::forward(const at::Tensor& x) {
+  optim::AutocastScope autocast(compute_type_, cuda_);
+  // Stage boundaries and the loss stay fp32 whatever the layers computed in.
+  return model_->forward(x).to(at::kFloat);
+}
 
 at::Tensor Pipeline::receive(const std::vector<int64_t>& sample_shape, int64_t n, int peer, int tag) {
   at::Tensor t = at::empty(with_batch(n, sample_shape), at::kFloat);
@@ -65,13 +70,11 @@ double Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::fun
           if (last()) labels[i] = batch.labels;
         }
         ScopedTimer t(forward_s);
-        {
-          optim::AutocastScope autocast(compute_type_, cuda_);
-          // Stage boundaries and the loss stay fp32 whatever the layers computed in.
-          outputs[i] = model_->forward(inputs[i]).to(at::kFloat);
-          if (last()) losses[i] = loss_of(outputs[i], labels[i], torch::Reduction::Mean);
+        outputs[i] = forward(inputs[i]);
+        if (last()) {
+          losses[i] = loss_of(outputs[i], labels[i], torch::Reduction::Mean);
+          loss_sum += losses[i].item<double>();
         }
-        if (last()) loss_sum += losses[i].item<double>();
         stats_.peak_alive = std::max(stats_.peak_alive, ++alive);
         break;
       }
@@ -119,11 +122,7 @@ std::pair<double, double> Pipeline::evaluate(int64_t n, const std::function<data
     labels = batch.labels;
   }
   if (!first()) x = receive(input_shape_, n, stage_ - 1, activation_tag(0));
-  at::Tensor y;
-  {
-    optim::AutocastScope autocast(compute_type_, cuda_);
-    y = model_->forward(x).to(at::kFloat);
-  }
+  const at::Tensor y = forward(x);
   if (!last()) {
     comm_.send(y.contiguous(), stage_ + 1, activation_tag(0));
     return {0.0, 0.0};

@@ -53,6 +53,7 @@ class Pipeline {
   const StageStats& stats() const { return stats_; }
 
  private:
+  at::Tensor forward(const at::Tensor& x);  // this stage's layers under the compute type; fp32 out
   at::Tensor receive(const std::vector<int64_t>& sample_shape, int64_t n, int peer, int tag);
   comm::Communicator& comm_;
   int stage_, pp_;

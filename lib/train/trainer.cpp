@@ -554,25 +554,24 @@ Result Trainer::run() {
         if (topo.pp() > 1) squares = sum_over(topo.pp_comm(), squares);
         // fp16: an overflow in the scaled gradients skips the step and lowers the scale; every
         // rank sees the same global sum, so all skip together.
-        const bool apply = !s.scaler || s.scaler->update(std::isfinite(squares));
-        if (apply && s.scaler) {
-          grads.div_(scale);
-          squares /= scale * scale;
-        }
-        // Every rank has the same global sum, so all stop here together, before the update and
-        // before any checkpoint could store damaged weights.
-        if (apply && !std::isfinite(squares))
-          throw Diverged(fmt::format("step {}: the gradient norm is {} (loss {} on this rank); the parameters "
-                                     "were not updated and no checkpoint was written for this step; lower "
-                                     "optim.lr or check the data (data.check_finite = true)",
-                                     step + 1, std::sqrt(squares), step_loss / static_cast<double>(s.accumulation)));
-        if (apply) {
-          grad_norm = optim::clip_by_global_norm(grads, squares, deck.optim.clip_grad_norm);
-          s.optimizer->step(params, grads, lr);
-        } else {
+        if (s.scaler && !s.scaler->update(std::isfinite(squares))) {
           grads.zero_();
           log::info("step {}: fp16 gradients overflowed; step skipped, loss scale now {}", step + 1,
                     s.scaler->scale());
+        } else {
+          if (s.scaler) {
+            grads.div_(scale);
+            squares /= scale * scale;
+          }
+          // Every rank has the same global sum, so all stop here together, before the update and
+          // before any checkpoint could store damaged weights.
+          if (!std::isfinite(squares))
+            throw Diverged(fmt::format("step {}: the gradient norm is {} (loss {} on this rank); the parameters "
+                                       "were not updated and no checkpoint was written for this step; lower "
+                                       "optim.lr or check the data (data.check_finite = true)",
+                                       step + 1, std::sqrt(squares), step_loss / static_cast<double>(s.accumulation)));
+          grad_norm = optim::clip_by_global_norm(grads, squares, deck.optim.clip_grad_norm);
+          s.optimizer->step(params, grads, lr);
         }
         s.grad_sync->after_step();
       }
