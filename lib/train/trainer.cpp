@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <exception>
 #include <fstream>
 #include <thread>
 
@@ -444,7 +445,14 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   s.watchdog = std::make_unique<comm::Watchdog>(s.world.comm, deck.run.fail_timeout_s);
 }
 
-Trainer::~Trainer() = default;
+// A Trainer dropped without run() (or after one that threw on every rank) still has its
+// watchdog running. When no exception is on its way, every rank is here at the same point:
+// stop it collectively, so no heartbeat is left in flight on its communicator (MPI reuses a freed
+// communicator's context, and a stale beat would then match a later receive). On an error path
+// the non-collective destructor ends the thread, as before.
+Trainer::~Trainer() {
+  if (s_->watchdog && std::uncaught_exceptions() == 0) s_->watchdog->stop();
+}
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::full_parameters() {
   const at::Tensor full = s_->grad_sync->full_params();
