@@ -24,7 +24,22 @@ settle() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; sleep "$
 rate() { awk '{for(i=1;i<=NF;i++) if ($i ~ /^[GMk]B\/s$/) {v=$(i-1); u=$i}} END {if (u=="MB/s") v/=1000; if (u=="kB/s") v/=1e6; print v}' <<<"$1"; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 r=runs/ck/report.json
-: >tw; : >tr; : >dw; : >dr; : >blocked; : >ratio
+# dd_writes [FLAG]: GB/s of dd writing $saves files of $mb MB as described below.
+dd_writes() {
+  local seconds=0 start end i
+  rm -f dd*.bin
+  settle
+  for i in $(seq 1 "$saves"); do
+    [ "$i" -gt 1 ] && sleep "$(awk -v s="$step_s" 'BEGIN{print 2 * s}')"
+    start=$(date +%s.%N)
+    dd if=/dev/zero of=dd$i.bin bs=1M count=$mb conv=fsync $1 2>/dev/null
+    end=$(date +%s.%N)
+    seconds=$(awk -v a="$seconds" -v s="$start" -v e="$end" 'BEGIN{print a + e - s}')
+    [ "$i" -gt 2 ] && rm -f dd$((i - 2)).bin
+  done
+  awk -v n="$saves" -v b="$mb" -v t="$seconds" 'BEGIN{print n * b * 1048576 / t / 1e9}'
+}
+: >tw; : >tr; : >dw; : >dwn; : >dr; : >blocked; : >ratio; : >ration
 for round in $(seq 1 "$rounds"); do
   rm -rf runs dd*.bin
   settle
@@ -39,34 +54,33 @@ for round in $(seq 1 "$rounds"); do
   field "$r" read_gb_per_s >>tr
   rm -rf runs
   # dd writes what trident wrote the way trident wrote it: $saves files of $bytes, each fsynced,
-  # two training steps apart (checkpoint.every_steps = 2), the oldest beyond keep_last = 2 removed.
+  # two training steps apart (checkpoint.every_steps = 2), the oldest beyond keep_last = 2 removed;
+  # once plainly and once with oflag=nocache, which gives each file's pages back after it as
+  # trident does (see release_page_cache in lib/checkpoint/checkpoint.cpp).
   mb=$((bytes / 1048576 + 1))
-  seconds=0
-  settle
-  for i in $(seq 1 "$saves"); do
-    [ "$i" -gt 1 ] && sleep "$(awk -v s="$step_s" 'BEGIN{print 2 * s}')"
-    start=$(date +%s.%N)
-    dd if=/dev/zero of=dd$i.bin bs=1M count=$mb conv=fsync 2>/dev/null
-    end=$(date +%s.%N)
-    seconds=$(awk -v a="$seconds" -v s="$start" -v e="$end" 'BEGIN{print a + e - s}')
-    [ "$i" -gt 2 ] && rm -f dd$((i - 2)).bin
-  done
-  awk -v n="$saves" -v b="$mb" -v t="$seconds" 'BEGIN{print n * b * 1048576 / t / 1e9}' >>dw
+  dd_writes "" >>dw
+  dd_writes oflag=nocache >>dwn
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
   rate "$( { dd if=dd$saves.bin of=/dev/null bs=1M 2>&1 >/dev/null; } | tail -1)" >>dr
   awk -v a="$(tail -1 tw)" -v b="$(tail -1 dw)" 'BEGIN{print a / b}' >>ratio
-  echo "round $round: trident write $(tail -1 tw) read $(tail -1 tr) | dd write $(tail -1 dw) read $(tail -1 dr) GB/s | write ratio $(tail -1 ratio)"
+  awk -v a="$(tail -1 tw)" -v b="$(tail -1 dwn)" 'BEGIN{print a / b}' >>ration
+  echo "round $round: trident write $(tail -1 tw) read $(tail -1 tr) | dd write $(tail -1 dw)" \
+       "(nocache $(tail -1 dwn)) read $(tail -1 dr) GB/s | write ratio $(tail -1 ratio) (nocache $(tail -1 ration))"
 done
-write_gbs=$(median <tw) read_gbs=$(median <tr) dw=$(median <dw) dr=$(median <dr) blocked=$(median <blocked)
-ratio=$(median <ratio)  # of the rounds' ratios: each pairs two measurements minutes apart at most
+write_gbs=$(median <tw) read_gbs=$(median <tr) dw=$(median <dw) dwn=$(median <dwn) dr=$(median <dr)
+blocked=$(median <blocked)
+# Medians of the rounds' ratios: each pairs measurements a minute apart at most.
+ratio=$(median <ratio) ration=$(median <ration)
 
 printf '\nCheckpoint I/O, %s ranks, mlp %s: %s bytes per checkpoint, %s saves per run, median of %s rounds\n' \
   "$np" "$hidden" "$bytes" "$saves" "$rounds"
 printf '%-10s %14s %14s %10s\n' "" "trident GB/s" "dd GB/s" "ratio"
-printf '%-10s %14.3f %14.3f %9.1f%%\n' write "$write_gbs" "$dw" "$(awk -v a="$write_gbs" -v b="$dw" 'BEGIN{print 100*a/b}')"
+printf '%-10s %14.3f %14.3f %9.1f%%   (dd conv=fsync)\n' write "$write_gbs" "$dw" "$(awk -v a="$write_gbs" -v b="$dw" 'BEGIN{print 100*a/b}')"
+printf '%-10s %14.3f %14.3f %9.1f%%\n' "write" "$write_gbs" "$dwn" "$(awk -v a="$write_gbs" -v b="$dwn" 'BEGIN{print 100*a/b}')" | sed 's/$/   (dd conv=fsync oflag=nocache)/'
 printf '%-10s %14.3f %14.3f %9.1f%%\n' read "$read_gbs" "$dr" "$(awk -v a="$read_gbs" -v b="$dr" 'BEGIN{print 100*a/b}')"
-printf 'median of the rounds'"'"' write ratios (trident / dd in the same round): %.1f%%\n' "$(awk -v r="$ratio" 'BEGIN{print 100*r}')"
+printf 'median of the rounds'"'"' write ratios (trident / dd in the same round): %.1f%% (dd oflag=nocache: %.1f%%)\n' \
+  "$(awk -v r="$ratio" 'BEGIN{print 100*r}')" "$(awk -v r="$ration" 'BEGIN{print 100*r}')"
 printf 'training blocked by saves: %s s per run of %s saves\n' "$blocked" "$saves"
-printf '{ "ranks": %s, "bytes": %s, "saves": %s, "rounds": %s, "write_gb_per_s": %s, "read_gb_per_s": %s, "dd_write_gb_per_s": %s, "dd_read_gb_per_s": %s, "blocked_s": %s, "median_round_write_ratio": %s, "write_rounds": [%s], "dd_write_rounds": [%s] }\n' \
-  "$np" "$bytes" "$saves" "$rounds" "$write_gbs" "$read_gbs" "$dw" "$dr" "$blocked" "$ratio" "$(paste -sd, tw)" "$(paste -sd, dw)" >"$out/checkpoint.json"
+printf '{ "ranks": %s, "bytes": %s, "saves": %s, "rounds": %s, "write_gb_per_s": %s, "read_gb_per_s": %s, "dd_write_gb_per_s": %s, "dd_nocache_write_gb_per_s": %s, "dd_read_gb_per_s": %s, "blocked_s": %s, "median_round_write_ratio": %s, "median_round_write_ratio_nocache": %s, "write_rounds": [%s], "dd_write_rounds": [%s], "dd_nocache_write_rounds": [%s] }\n' \
+  "$np" "$bytes" "$saves" "$rounds" "$write_gbs" "$read_gbs" "$dw" "$dwn" "$dr" "$blocked" "$ratio" "$ration" "$(paste -sd, tw)" "$(paste -sd, dw)" "$(paste -sd, dwn)" >"$out/checkpoint.json"
 echo "wrote $out/checkpoint.json"

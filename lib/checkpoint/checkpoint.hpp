@@ -80,7 +80,11 @@ class Reader {
 };
 
 // Every block of every tensor re-read and checked; "" when the file is sound, else why not.
-std::string verify(const std::string& path);
+// With parts > 1, only the blocks dealt to `part` (blocks are dealt out in turn).
+std::string verify(const std::string& path, int part = 0, int parts = 1);
+// verify() shared out over the ranks of `comm`, each reading 1/size of the blocks; every rank
+// gets the verdict. Collective.
+std::string verify_collective(const std::string& path, MPI_Comm comm);
 // A listing for `trident inspect`: metadata, each tensor with shape and dtype, and the verdict
 // of verify(), which is also returned in `problem` ("" when sound), so the file is read once.
 std::string describe(const std::string& path, std::string& problem);
@@ -88,6 +92,7 @@ bool is_checkpoint(const std::string& path);
 
 // --resume: "never" -> ""; a path -> that file (must verify); "auto" -> `latest` if it
 // verifies, else the newest step_*.h5 that does, else "" (fresh start). `note` says which.
-std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note);
+// Collective: the ranks verify each candidate together.
+std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note, MPI_Comm comm);
 
 }  // namespace trident::checkpoint

@@ -72,12 +72,16 @@ std::string first_error(MPI_Comm comm, const std::string& local_error) {
   int first = INT_MAX;
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == INT_MAX) return "";
-  int length = static_cast<int>(local_error.size());
-  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, comm));
-  std::string message = local_error;
-  message.resize(static_cast<size_t>(length));
-  MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first, comm));
-  return message;
+  return broadcast(comm, local_error, first);
+}
+
+std::string broadcast(MPI_Comm comm, const std::string& text, int root) {
+  int length = static_cast<int>(text.size());
+  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, root, comm));
+  std::string out = text;
+  out.resize(static_cast<size_t>(length));
+  MPI_CHECK(MPI_Bcast(out.data(), length, MPI_CHAR, root, comm));
+  return out;
 }
 
 void agree_or_throw(MPI_Comm comm, const std::string& local_error) {

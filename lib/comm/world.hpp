@@ -35,6 +35,8 @@ struct World {
 // Every rank passes its own verdict (empty = fine); if any rank has one, every rank throws
 // BadInput with the lowest failing rank's message (so rank 0 can print it once). Collective.
 void agree_or_throw(MPI_Comm comm, const std::string& local_error);
+// `text` as `root` has it, on every rank. Collective.
+std::string broadcast(MPI_Comm comm, const std::string& text, int root = 0);
 // The same agreement without the throw: "" when no rank has an error. Collective.
 std::string first_error(MPI_Comm comm, const std::string& local_error);
 

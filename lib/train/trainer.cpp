@@ -403,20 +403,17 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   s.dp_comm = comm::make_communicator(backend, s.topology->dp_comm(), deck.run.fail_timeout_s);
   s.pp_comm = comm::make_communicator(backend, s.topology->pp_comm(), deck.run.fail_timeout_s);
 
-  // Which checkpoint to resume from is settled first: a bad --resume PATH is bad input.
+  // Which checkpoint to resume from is settled first: a bad --resume PATH is bad input. The
+  // ranks verify it together, and that time counts as reading it (report.json read_gb_per_s).
   std::string note, path, error;
-  if (s.world.rank == 0) {
-    try {
-      path = checkpoint::resolve_resume(checkpoint_dir(s), resume, note);
-    } catch (const BadInput& e) {
-      error = e.what();
-    }
+  Stopwatch verifying;
+  try {
+    path = checkpoint::resolve_resume(checkpoint_dir(s), resume, note, s.world.comm);
+  } catch (const BadInput& e) {
+    error = e.what();
   }
   comm::agree_or_throw(s.world.comm, error);
-  int length = static_cast<int>(path.size());
-  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, s.world.comm));
-  path.resize(static_cast<size_t>(length));
-  MPI_CHECK(MPI_Bcast(path.data(), length, MPI_CHAR, 0, s.world.comm));
+  const double verify_seconds = verifying.seconds();
   if (s.world.rank == 0 && resume != "never") log::info("{}", note);
 
   s.accumulation = deck.optim.global_batch / (deck.optim.micro_batch * dp);
@@ -439,7 +436,10 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
 
   prepare_output_dir(s);
 
-  if (!path.empty()) load_checkpoint(s, path);
+  if (!path.empty()) {
+    load_checkpoint(s, path);
+    s.read_seconds += verify_seconds;
+  }
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   s.watchdog = std::make_unique<comm::Watchdog>(s.world.comm, deck.run.fail_timeout_s);

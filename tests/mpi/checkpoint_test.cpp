@@ -146,15 +146,20 @@ TEST(Checkpoint, DamageIsDetectedAndAutoFallsBack) {
     fs::copy_file(last, truncated, fs::copy_options::overwrite_existing);
     fs::resize_file(truncated, fs::file_size(truncated) / 2);
     EXPECT_NE(checkpoint::verify(truncated), "");
-    // --resume auto skips a damaged latest and takes the previous good one.
     fs::copy_file(damaged, last, fs::copy_options::overwrite_existing);
-    std::string note;
-    EXPECT_EQ(checkpoint::resolve_resume(dir + "/checkpoints", "auto", note), good) << note;
-    EXPECT_NE(note.find("skipped"), std::string::npos);
-    // An explicit damaged path is refused.
-    EXPECT_THROW(checkpoint::resolve_resume(dir + "/checkpoints", last, note), BadInput);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  // --resume auto skips a damaged latest and takes the previous good one: the ranks share the
+  // checking out, and whichever rank met the damaged block, every rank gets the verdict.
+  const std::string good = dir + "/checkpoints/step_0000002.h5", last = dir + "/checkpoints/step_0000004.h5";
+  std::string note;
+  EXPECT_EQ(checkpoint::resolve_resume(dir + "/checkpoints", "auto", note, MPI_COMM_WORLD), good) << note;
+  EXPECT_NE(note.find("skipped checkpoint " + last + ": tensor /params/fc1.linear.weight is damaged"),
+            std::string::npos) << note;
+  // An explicit damaged path is refused, and so is reading the damaged tensor.
+  EXPECT_THROW(checkpoint::resolve_resume(dir + "/checkpoints", last, note, MPI_COMM_WORLD), BadInput);
+  checkpoint::Reader reader(last);
+  EXPECT_THROW(reader.read_tensor("/params/fc1.linear.weight"), BadInput);
 }
 
 // The metadata a resume needs beyond the tensors survive a save and a read: step, cursor,
@@ -193,6 +198,37 @@ TEST(Checkpoint, MetadataRoundTripsIncludingTheLossScale) {
   EXPECT_EQ(read.skipped_steps, 4);
   EXPECT_TRUE(torch::equal(reader.read_flat("params", params, 0, 6), torch::arange(0, 6, torch::kFloat)));
   EXPECT_TRUE(torch::equal(reader.read_flat("optim/m", params, 0, 6), torch::arange(0, 6, torch::kFloat) * 2));
+}
+
+// Tensors larger than the writer's largest single write (1 MB) are written in pieces, from any
+// offset a partition boundary gives: what is read back equals what was written, element for
+// element, and the file verifies.
+TEST(Checkpoint, TensorsLargerThanOneWriteRoundTripExactly) {
+  checkpoint::Meta meta;
+  meta.step = 1;
+  meta.global_batch = 1;
+  meta.world = world_size();
+  meta.dp = world_size();
+  meta.deck = "[run]\nname = pieces\n";
+  // 3 MB + 5 elements, then 1.5 MB: every rank's share starts and ends off a piece boundary.
+  const int64_t a = 3 * (int64_t{1} << 18) + 5, b = 3 * (int64_t{1} << 17) + 1;
+  const std::vector<checkpoint::TensorEntry> params{{"a", {a}, 0, 0, a}, {"b", {b / 7, 7}, 0, a, b - b % 7}};
+  const int64_t used = a + b - b % 7;
+  const int64_t begin = used * world_rank() / world_size() + (world_rank() > 0 ? 3 : 0);
+  const int64_t end = world_rank() + 1 == world_size() ? used : used * (world_rank() + 1) / world_size() + 3;
+  checkpoint::Shard shard;
+  shard.begin = begin;
+  shard.end = end;
+  torch::manual_seed(5);  // the same tensor on every rank, each writing its share
+  const at::Tensor all = torch::randn({used});
+  shard.params = all.narrow(0, begin, end - begin).clone();
+  shard.states.emplace_back("m", shard.params * -3);
+  const std::string dir = dir_for("ck_pieces", MPI_COMM_WORLD) + "/checkpoints";
+  const std::string path = checkpoint::save(dir, meta, params, {"m"}, {}, shard, MPI_COMM_WORLD, 2);
+  checkpoint::Reader reader(path);
+  EXPECT_TRUE(torch::equal(reader.read_flat("params", params, 0, used), all));
+  EXPECT_TRUE(torch::equal(reader.read_flat("optim/m", params, 0, used), all * -3));
+  EXPECT_EQ(checkpoint::verify(path), "");
 }
 
 // Each rank's random stream continues where it was: the numbers drawn after a resume equal the
