@@ -24,7 +24,7 @@ for dp in 1 2 4 8; do
       --set model.hidden=1024,1024 --set run.max_steps=2 --set run.threads=1 --set parallel.zero=$zero \
       --set parallel.bucket_mb=1 --set optim.global_batch=64 --set optim.micro_batch=8 >$name.log 2>&1
     r=runs/$name/report.json
-    n=$(sed -n 's/.*"parameters": \([0-9]*\).*/\1/p' "$r")
+    n=$(sed -n 's/.*"parameters": \([0-9]*\).*/\1/p' "$r" | head -1)  # the first: the model's (stages list theirs)
     m=$(state_bytes "$r") e=$(expected_bytes "$r")
     ratio=$(awk -v m="$m" -v e="$e" 'BEGIN{printf "%.4f", m/e}')
     rss=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$r")

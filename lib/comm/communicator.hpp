@@ -39,6 +39,10 @@ class Communicator {
   // all_gather_v: `output` gets every rank's piece back to back. `input` is this rank's piece;
   // when it already is the right slice of `output`, the gather is done in place.
   virtual void all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) = 0;
+  // The same, started and left in flight (ZeRO-3's prefetch of the next layer): `output` must stay
+  // alive and untouched until the Work completes.
+  virtual std::unique_ptr<Work> all_gather_v_async(const at::Tensor& input, at::Tensor& output,
+                                                   const std::vector<int64_t>& counts) = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void send(const at::Tensor& tensor, int peer, int tag) = 0;
   // Non-blocking send: `tensor` must stay alive and unchanged until the Work completes.

@@ -35,6 +35,9 @@ void check_host_contiguous(const at::Tensor& t) {
 class MpiWork final : public Work {
  public:
   MpiWork(MPI_Request request, Op op) : request_(request), op_(op) {}
+  // A non-blocking collective whose count and displacement arrays MPI reads until it completes.
+  MpiWork(MPI_Request request, Op op, std::vector<int> counts, std::vector<int> displacements)
+      : request_(request), op_(op), counts_(std::move(counts)), displacements_(std::move(displacements)) {}
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
@@ -54,6 +57,7 @@ class MpiWork final : public Work {
  private:
   MPI_Request request_;
   Op op_;
+  std::vector<int> counts_, displacements_;
 };
 
 }  // namespace
@@ -132,22 +136,40 @@ void MpiCommunicator::reduce_scatter_sum_v(const at::Tensor& input, at::Tensor& 
   MPI_CHECK(MPI_Reduce_scatter(input.data_ptr(), output.data_ptr(), c.data(), mpi_type(output), MPI_SUM, comm_));
 }
 
-void MpiCommunicator::all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) {
+// Checks the pieces, puts this rank's in its place in `output`, and returns the MPI counts and
+// displacements; the gather itself is MPI_Allgatherv(_IN_PLACE) over them.
+std::vector<int> MpiCommunicator::place_own_piece(const at::Tensor& input, at::Tensor& output,
+                                                  const std::vector<int64_t>& counts, std::vector<int>& displacements) {
   check_host_contiguous(input);
   check_host_contiguous(output);
   TRIDENT_CHECK(static_cast<int>(counts.size()) == size_ && output.numel() == total_of(counts) &&
                     input.numel() == counts[static_cast<size_t>(rank_)],
                 "all_gather_v: counts do not match the tensors");
-  std::vector<int> displacements;
   const auto c = int_counts(counts, &displacements);
   const auto* own = static_cast<const char*>(output.data_ptr()) +
                     static_cast<int64_t>(displacements[static_cast<size_t>(rank_)]) * output.element_size();
-  const bool in_place = input.data_ptr() == own;
-  if (!in_place) output.narrow(0, displacements[static_cast<size_t>(rank_)], input.numel()).copy_(input);
+  if (input.data_ptr() != own) output.narrow(0, displacements[static_cast<size_t>(rank_)], input.numel()).copy_(input);
+  return c;
+}
+
+void MpiCommunicator::all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) {
+  std::vector<int> displacements;
+  const auto c = place_own_piece(input, output, counts, displacements);
   if (size_ == 1) return;
   OpScope scope(Op::all_gather);
   MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, output.data_ptr(), c.data(), displacements.data(),
                            mpi_type(output), comm_));
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_gather_v_async(const at::Tensor& input, at::Tensor& output,
+                                                          const std::vector<int64_t>& counts) {
+  std::vector<int> displacements;
+  auto c = place_own_piece(input, output, counts, displacements);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (size_ > 1)
+    MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, output.data_ptr(), c.data(), displacements.data(),
+                              mpi_type(output), comm_, &request));
+  return std::make_unique<MpiWork>(request, Op::all_gather, std::move(c), std::move(displacements));
 }
 
 void MpiCommunicator::broadcast(at::Tensor& tensor, int root) {

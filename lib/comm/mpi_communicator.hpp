@@ -21,6 +21,8 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum_v(const at::Tensor& input, at::Tensor& output,
                             const std::vector<int64_t>& counts) override;
   void all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) override;
+  std::unique_ptr<Work> all_gather_v_async(const at::Tensor& input, at::Tensor& output,
+                                           const std::vector<int64_t>& counts) override;
   void broadcast(at::Tensor& tensor, int root) override;
   void send(const at::Tensor& tensor, int peer, int tag) override;
   std::unique_ptr<Work> send_async(const at::Tensor& tensor, int peer, int tag) override;
@@ -28,6 +30,9 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
 
  private:
+  std::vector<int> place_own_piece(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts,
+                                   std::vector<int>& displacements);
+
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;

@@ -346,31 +346,54 @@ void NcclCommunicator::reduce_scatter_sum_v(const at::Tensor& input, at::Tensor&
   output.view({-1}).copy_(mine.narrow(0, 0, output.numel()));
 }
 
-void NcclCommunicator::all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) {
+// One broadcast per piece, rooted at its owner, in one group (one launch). The owner sends from
+// `input` into its slice of `output` (NCCL copies unless they are the same memory, the in-place
+// case); the others receive in place into their slice. Enqueued on stream_.
+void NcclCommunicator::enqueue_all_gather_v(const at::Tensor& input, at::Tensor& output,
+                                            const std::vector<int64_t>& counts) {
+  const auto elem = static_cast<int64_t>(output.element_size());
+  auto* base = static_cast<char*>(output.data_ptr());
+  const ncclDataType_t type = nccl_type(output);
+  NCCL_CHECK(ncclGroupStart());
+  int64_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t c = counts[static_cast<size_t>(r)];
+    void* slice = base + offset * elem;
+    const void* send = r == rank_ ? input.data_ptr() : slice;
+    if (c > 0) NCCL_CHECK(ncclBroadcast(send, slice, static_cast<size_t>(c), type, r, comm_, stream_));
+    offset += c;
+  }
+  NCCL_CHECK(ncclGroupEnd());
+}
+
+void NcclCommunicator::check_all_gather_v(const at::Tensor& input, const at::Tensor& output,
+                                          const std::vector<int64_t>& counts) const {
   check_tensor(input, "all_gather_v input");
   check_tensor(output, "all_gather_v output");
   TRIDENT_CHECK(input.scalar_type() == output.scalar_type(), "all_gather_v: input and output dtypes differ");
   TRIDENT_CHECK(static_cast<int>(counts.size()) == size_ && output.numel() == total_of(counts) &&
                     input.numel() == counts[static_cast<size_t>(rank_)],
                 "all_gather_v: counts do not match the tensors");
-  // One broadcast per piece, rooted at its owner, in one group (one launch). The owner sends from
-  // `input` into its slice of `output` (NCCL copies unless they are the same memory, the in-place
-  // case); the others receive in place into their slice.
-  const auto elem = static_cast<int64_t>(output.element_size());
-  auto* base = static_cast<char*>(output.data_ptr());
-  const ncclDataType_t type = nccl_type(output);
-  run_blocking(Op::all_gather, [&] {
-    NCCL_CHECK(ncclGroupStart());
-    int64_t offset = 0;
-    for (int r = 0; r < size_; ++r) {
-      const int64_t c = counts[static_cast<size_t>(r)];
-      void* slice = base + offset * elem;
-      const void* send = r == rank_ ? input.data_ptr() : slice;
-      if (c > 0) NCCL_CHECK(ncclBroadcast(send, slice, static_cast<size_t>(c), type, r, comm_, stream_));
-      offset += c;
-    }
-    NCCL_CHECK(ncclGroupEnd());
-  });
+}
+
+void NcclCommunicator::all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) {
+  check_all_gather_v(input, output, counts);
+  run_blocking(Op::all_gather, [&] { enqueue_all_gather_v(input, output, counts); });
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_gather_v_async(const at::Tensor& input, at::Tensor& output,
+                                                           const std::vector<int64_t>& counts) {
+  check_all_gather_v(input, output, counts);
+  check_usable();
+  c10::cuda::CUDAGuard guard(device_index(device_));
+  auto work = std::make_unique<AsyncWork>(*this, Op::all_gather);
+  if (output.numel() == 0) return work;
+  begin_on_stream(work->start());
+  enqueue_all_gather_v(input, output, counts);
+  CUDA_CHECK(cudaEventRecord(work->done(), stream_));
+  record_on_stream(input);
+  record_on_stream(output);
+  return work;
 }
 
 void NcclCommunicator::broadcast(at::Tensor& tensor, int root) {

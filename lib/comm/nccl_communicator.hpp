@@ -57,6 +57,8 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter_sum_v(const at::Tensor& input, at::Tensor& output,
                             const std::vector<int64_t>& counts) override;
   void all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts) override;
+  std::unique_ptr<Work> all_gather_v_async(const at::Tensor& input, at::Tensor& output,
+                                           const std::vector<int64_t>& counts) override;
   void broadcast(at::Tensor& tensor, int root) override;
   void send(const at::Tensor& tensor, int peer, int tag) override;  // tag ignored (see above)
   std::unique_ptr<Work> send_async(const at::Tensor& tensor, int peer, int tag) override;
@@ -80,6 +82,8 @@ class NcclCommunicator final : public Communicator {
   void check_usable() const;
   void check_tensor(const at::Tensor& t, const char* what) const;
   void record_on_stream(const at::Tensor& t) const;  // caching allocator: in use on stream_
+  void check_all_gather_v(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& counts) const;
+  void enqueue_all_gather_v(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts);
 
   ncclComm_t comm_ = nullptr;  // null once aborted
   cudaStream_t stream_ = nullptr;

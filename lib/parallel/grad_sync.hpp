@@ -47,10 +47,14 @@ class GradSync {
 
   double exposed_comm_seconds() const { return exposed_seconds_; }  // communication nobody overlapped
   int64_t buckets_launched() const { return launched_total_; }
+  // ZeRO-3: layer parameter gathers, and how many of them a prefetch had started in advance.
+  int64_t gathers() const { return gathers_; }
+  int64_t gathers_prefetched() const { return gathers_prefetched_; }
 
  protected:
   double exposed_seconds_ = 0;
   int64_t launched_total_ = 0;
+  int64_t gathers_ = 0, gathers_prefetched_ = 0;
 };
 
 std::unique_ptr<GradSync> make_ddp(optim::FlatParams& flat, comm::Communicator& dp_comm, double bucket_mb);

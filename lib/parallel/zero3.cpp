@@ -3,6 +3,10 @@
 // a buffer just before its forward and freed right after; gathered again when backward reaches
 // the layer (a hook on the layer's output); its gradients land in a per-layer buffer that is
 // reduce-scattered into the gradient partition and freed as soon as the layer's backward is done.
+// While a layer computes, the gather of the next one (forward: the next layer with parameters;
+// backward: the previous one) is already in flight, so at most two layers' parameters are whole
+// at a time; a prefetch not used by the end of a backward is dropped before the optimizer step
+// changes the partitions.
 //
 // "Freed" means the buffer's storage is released while its views (the parameters, and what
 // autograd saved from them) stay in place; re-allocating the storage brings them all back.
@@ -87,10 +91,18 @@ class Zero3 final : public GradSync, public model::LayerHooks {
 
   std::string name() const override { return "zero3"; }
 
-  // ---- forward: gather just in time, free right after
-  void before_layer(size_t l) override { gather(l); }
+  // ---- forward: gather just in time (or take the prefetch), start the next one, free right after
+  void before_layer(size_t l) override {
+    gather(l);
+    for (size_t next = l + 1; next < layers_.size(); ++next)
+      if (has_params(next)) {
+        prefetch(next);
+        break;
+      }
+  }
   void after_layer(size_t l, torch::Tensor& output) override {
     auto& span = layers_[l];
+    if (prefetch_) prefetch_->test();  // MPI moves a non-blocking collective on only when called
     if (span.end == span.begin) return;
     if (torch::GradMode::is_enabled() && output.requires_grad()) {
       // Runs when the gradient of this layer's output is ready, i.e. just before its backward.
@@ -108,13 +120,19 @@ class Zero3 final : public GradSync, public model::LayerHooks {
     readiness_->flush();
     readiness_->arm();
   }
-  void finish() override { readiness_->flush(); }
+  void finish() override {
+    readiness_->flush();
+    drop_prefetch();
+  }
 
   at::Tensor optimizer_params() override { return param_partition_; }
   at::Tensor optimizer_grads() override { return grad_partition_; }
   bool sharded() const override { return true; }
   bool params_partitioned() const override { return true; }
-  void after_step() override { grad_partition_.zero_(); }  // the next forward gathers the new values
+  void after_step() override {  // the next forward gathers the new values
+    drop_prefetch();
+    grad_partition_.zero_();
+  }
 
   at::Tensor full_params() override {
     at::Tensor full = at::empty({flat_.numel()}, at::kFloat);
@@ -134,18 +152,51 @@ class Zero3 final : public GradSync, public model::LayerHooks {
     return partition.narrow(0, piece.begin - range_.begin, piece.end - piece.begin);
   }
 
+  bool has_params(size_t l) const { return layers_[l].end > layers_[l].begin; }
+
   void gather(size_t l) {
     auto& span = layers_[l];
-    if (span.end == span.begin || span.params_live) return;
+    if (!has_params(l) || span.params_live) return;
     Stopwatch watch;
-    allocate_storage(span.params);
-    comm_.all_gather_v(own_piece(param_partition_, span), span.params, partition_.counts(span.begin, span.end));
+    ++gathers_;
+    if (prefetch_ && prefetched_ == l) {
+      prefetch_->wait();
+      prefetch_.reset();
+      ++gathers_prefetched_;
+    } else {
+      drop_prefetch();  // another layer's: complete it (every rank issues the same sequence)
+      allocate_storage(span.params);
+      comm_.all_gather_v(own_piece(param_partition_, span), span.params, partition_.counts(span.begin, span.end));
+    }
     span.params_live = true;
     exposed_seconds_ += watch.seconds();
   }
 
+  // Starts gathering layer l unless it is whole already or another prefetch is in flight.
+  void prefetch(size_t l) {
+    auto& span = layers_[l];
+    if (prefetch_ || span.params_live) return;
+    allocate_storage(span.params);
+    prefetch_ = comm_.all_gather_v_async(own_piece(param_partition_, span), span.params,
+                                         partition_.counts(span.begin, span.end));
+    prefetched_ = l;
+  }
+
+  // Completes an unused prefetch and frees what it gathered.
+  void drop_prefetch() {
+    if (!prefetch_) return;
+    prefetch_->wait();
+    prefetch_.reset();
+    if (!layers_[prefetched_].params_live) release_storage(layers_[prefetched_].params);
+  }
+
   void prepare_backward(size_t l) {
     gather(l);
+    for (size_t previous = l; previous-- > 0;)
+      if (has_params(previous)) {
+        prefetch(previous);
+        break;
+      }
     auto& span = layers_[l];
     if (span.grads_live) return;
     allocate_storage(span.grads);
@@ -183,6 +234,8 @@ class Zero3 final : public GradSync, public model::LayerHooks {
   std::vector<size_t> layer_of_bucket_;
   at::Tensor param_partition_, grad_partition_;
   std::unique_ptr<BucketReadiness> readiness_;
+  std::unique_ptr<comm::Work> prefetch_;  // the gather of layer prefetched_, in flight
+  size_t prefetched_ = 0;
 };
 
 }  // namespace

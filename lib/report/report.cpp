@@ -72,6 +72,7 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["watchdog"] = {{"timeout_s", s.watchdog_timeout_s},
                    {"thread_cpu_s", s.watchdog_cpu_s},
                    {"cpu_share", s.time.total > 0 ? s.watchdog_cpu_s / s.time.total : 0.0}};
+  r["zero3_gathers"] = {{"total", s.gathers}, {"prefetched", s.gathers_prefetched}};
   r["time_s"] = {{"total", s.time.total},         {"data_wait", s.time.data_wait},
                  {"forward", s.time.forward},     {"backward", s.time.backward},
                  {"comm_exposed", s.time.comm_exposed}, {"optimizer", s.time.optimizer},

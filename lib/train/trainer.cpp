@@ -686,6 +686,8 @@ Result Trainer::run() {
   summary.step_time_s = train_seconds / static_cast<double>(std::max<int64_t>(1, s.total_steps - s.start_step));
   summary.resumed_from = s.resumed_from;
   summary.checkpoint_saves = s.saves;
+  summary.gathers = s.grad_sync->gathers();
+  summary.gathers_prefetched = s.grad_sync->gathers_prefetched();
   summary.checkpoint_write_gb_per_s = s.times.checkpoint > 0 ? s.bytes_written / s.times.checkpoint / 1e9 : 0;
   const double read_seconds = max_over_ranks(s.world.comm, s.read_seconds);
   summary.checkpoint_read_gb_per_s = read_seconds > 0 ? sum_over(s.world.comm, s.bytes_read) / read_seconds / 1e9 : 0;

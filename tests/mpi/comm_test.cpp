@@ -142,4 +142,14 @@ TEST(Communicator, UnevenReduceScatterAndAllGather) {
   int64_t at = 0;
   for (int k = 0; k < w.n; ++k)
     for (int64_t i = 0; i < counts[static_cast<size_t>(k)]; ++i) EXPECT_EQ(full[at++].item<float>(), static_cast<float>(k));
+
+  // Left in flight while the caller computes (ZeRO-3's prefetch), from a separate input, then
+  // completed: the same result as the blocking gather.
+  auto gathered = torch::full({total}, -1.0f);
+  const auto mine = torch::full({counts[static_cast<size_t>(w.r)]}, static_cast<float>(w.r));
+  auto work = w.comm.all_gather_v_async(mine, gathered, counts);
+  const auto busy = torch::mm(torch::ones({64, 64}), torch::ones({64, 64}));
+  work->wait();
+  EXPECT_TRUE(torch::equal(gathered, full));
+  EXPECT_EQ(busy[0][0].item<float>(), 64.0f);
 }

@@ -21,6 +21,16 @@ void expect_zero_equals_ddp(config::Deck deck, int zero) {
   EXPECT_LE(max_relative_difference(sharded, ddp), 1e-5) << "zero " << zero << " vs zero 0, " << deck.model.kind;
   EXPECT_LT(ddp.result.logged_losses.back().second, ddp.result.logged_losses.front().second);
   EXPECT_NEAR(sharded.result.test_accuracy, ddp.result.test_accuracy, 1e-12);  // evaluation works sharded
+  if (zero == 3 && world_rank() == 0) {
+    // Every layer but the first of a forward and the last of a backward finds its gather
+    // already started by the layer before it.
+    nlohmann::json report;
+    std::ifstream(sharded.output_dir + "/report.json") >> report;
+    const auto total = report["zero3_gathers"]["total"].get<int64_t>();
+    const auto prefetched = report["zero3_gathers"]["prefetched"].get<int64_t>();
+    EXPECT_GT(total, 0);
+    EXPECT_GE(2 * prefetched, total) << prefetched << " of " << total << " gathers prefetched";
+  }
 }
 
 // Accumulation (4 / dp micro-steps), clipping below every step's gradient norm, and mlp widths
