@@ -167,6 +167,12 @@ bool read_blocks(hid_t dataset, std::vector<int64_t>& blocks) {
 hid_t memory_type(at::ScalarType type) { return type == at::kByte ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT; }
 hid_t file_type(at::ScalarType type) { return type == at::kByte ? H5T_STD_U8LE : H5T_IEEE_F32LE; }
 
+// Tensors are stored as float32, the RNG states as bytes.
+at::ScalarType stored_type(hid_t dataset) {
+  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
+  return H5Tget_size(type) == 1 ? at::kByte : at::kFloat;
+}
+
 // Elements [lo, hi) into `out` (contiguous, hi - lo elements of the stored type).
 void read_elements_into(hid_t dataset, int64_t lo, int64_t hi, const at::Tensor& out) {
   Hid file_space = select_range(dataset, static_cast<hsize_t>(lo), static_cast<hsize_t>(hi));
@@ -174,20 +180,13 @@ void read_elements_into(hid_t dataset, int64_t lo, int64_t hi, const at::Tensor&
   HDF5_CHECK(H5Dread(dataset, memory_type(out.scalar_type()), mem, file_space, H5P_DEFAULT, out.data_ptr()));
 }
 
-at::Tensor read_elements(hid_t dataset, int64_t lo, int64_t hi) {
-  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
-  at::Tensor out = at::empty({hi - lo}, H5Tget_size(type) == 1 ? at::kByte : at::kFloat);
-  read_elements_into(dataset, lo, hi, out);
-  return out;
-}
-
-// Elements [lo, hi) of a tensor, each stored block they touch read once, whole, and checked
-// against its CRC-32 before its part is used. Problems throw BadInput naming file and tensor.
-at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi) {
+// Elements [lo, hi) of a tensor into `out` (contiguous, of the stored type), each stored block they
+// touch read once, whole, and checked against its CRC-32 before its part is used. Problems throw
+// BadInput naming file and tensor.
+void read_checked_into(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi,
+                       const at::Tensor& out) {
   std::vector<int64_t> blocks;
   if (!read_blocks(dataset, blocks)) fatal_all(fmt::format("checkpoint {}: tensor {} has no checksums", path, name));
-  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
-  at::Tensor out = at::empty({hi - lo}, H5Tget_size(type) == 1 ? at::kByte : at::kFloat);
   int64_t covered = 0;
   for (size_t b = 0; b + 2 < blocks.size(); b += 3) {
     const int64_t begin = blocks[b], end = blocks[b + 1];
@@ -206,6 +205,11 @@ at::Tensor read_checked(hid_t dataset, const std::string& path, const std::strin
   if (covered < hi - lo)  // the writers' blocks tile each tensor: a gap means a damaged record
     fatal_all(fmt::format("checkpoint {}: tensor {} has no checksummed block for some of elements {}..{}", path, name,
                           lo, hi));
+}
+
+at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi) {
+  at::Tensor out = at::empty({hi - lo}, stored_type(dataset));
+  read_checked_into(dataset, path, name, lo, hi, out);
   return out;
 }
 
@@ -461,7 +465,7 @@ at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorE
     if (lo >= hi) continue;
     const std::string name = dataset_name(group, t.name);
     Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
-    out.narrow(0, lo - begin, hi - lo).copy_(read_checked(dataset, path_, name, lo - t.offset, hi - t.offset));
+    read_checked_into(dataset, path_, name, lo - t.offset, hi - t.offset, out.narrow(0, lo - begin, hi - lo));
   }
   return out;
 }
@@ -500,10 +504,7 @@ std::string verify(const std::string& path, int part, int parts) {
       std::vector<int64_t> blocks;
       if (!read_blocks(dataset, blocks)) return fmt::format("checkpoint {}: tensor {} has no checksums", path, name);
       for (size_t b = 0; b + 2 < blocks.size(); b += 3)
-        if (index++ % parts == part && crc_of(read_elements(dataset, blocks[b], blocks[b + 1])) !=
-                                           static_cast<uint32_t>(blocks[b + 2]))
-          return fmt::format("checkpoint {}: tensor {} is damaged (checksum mismatch in elements {}..{})", path, name,
-                             blocks[b], blocks[b + 1]);
+        if (index++ % parts == part) read_checked(dataset, path, name, blocks[b], blocks[b + 1]);  // throws if bad
     }
   } catch (const BadInput& e) {
     return e.what();
