@@ -1,7 +1,10 @@
 #include "commands.hpp"
 
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 #include <mpi.h>
+#include <torch/version.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -10,6 +13,8 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "comm/cuda_runtime.hpp"
+#include "comm/device_placement.hpp"
 #include "comm/world.hpp"
 #include "config/deck.hpp"
 #include "core/error.hpp"
@@ -75,6 +80,26 @@ po::variables_map parse(int argc, char** argv, const po::options_description& op
   return vm;
 }
 
+// What validation needs to know of this process's CUDA: whether the build has it and the node
+// shows a GPU, and if not, which of the two is missing.
+config::Environment cuda_environment(int world_size) {
+  config::Environment env;
+  env.world_size = world_size;
+  env.cuda_available = comm::cuda_visible_devices() > 0;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!comm::cuda_built())
+    env.no_cuda_reason = fmt::format("this trident was built without CUDA (LibTorch {} for the CPU; the README's "
+                                     "'Building against a CUDA LibTorch' builds the GPU flavour)",
+                                     TORCH_VERSION);
+  else
+    env.no_cuda_reason = fmt::format("no GPU is visible on {} ({})", host,
+                                     comm::describe_cuda_visible_devices(
+                                         visible ? std::optional<std::string>(visible) : std::nullopt));
+  return env;
+}
+
 }  // namespace
 
 void print_usage() {
@@ -130,7 +155,15 @@ int train_command(int argc, char** argv) {
     const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
     int world_size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    config::validate_or_throw(deck, {world_size, false});
+    // Every rank validates against its own node (its GPUs); the ranks then agree, so that a
+    // node without GPUs stops every rank with its message, not only its own.
+    std::string error;
+    try {
+      config::validate_or_throw(deck, cuda_environment(world_size));
+    } catch (const BadInput& e) {
+      error = e.what();
+    }
+    comm::agree_or_throw(MPI_COMM_WORLD, error);
     train::Trainer trainer(deck, MPI_COMM_WORLD, vm["resume"].as<std::string>());
     trainer.run();
     return 0;
@@ -235,7 +268,12 @@ int plan_command(int argc, char** argv) {
     const auto overrides = overrides_of(vm);
     const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
     const int world = vm["world"].as<int>();
-    config::validate_or_throw(deck, {world, false});
+    // The plan is made anywhere (a login node without GPUs): the device rules (run.device = cuda,
+    // nccl, fp16) are checked where the run starts, on its nodes.
+    config::Environment env;
+    env.world_size = world;
+    env.cuda_available = true;
+    config::validate_or_throw(deck, env);
     std::cout << train::plan_text(deck, world);
     return 0;
   });

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     deck.model.kind = cases[c].kind;
     deck.model.hidden = cases[c].hidden.empty() ? deck.model.hidden : cases[c].hidden;
     auto model = model::build(deck, {{1, 28, 28}, 10});
-    optim::FlatParams flat(*model);
+    optim::FlatParams flat(*model, torch::kCPU);
     auto ddp = parallel::make_ddp(flat, comm, deck.parallel.bucket_mb);
     at::Tensor raw = torch::ones_like(flat.grads);
     const double bytes = static_cast<double>(flat.grads.numel() * 4);

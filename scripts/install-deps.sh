@@ -12,6 +12,7 @@ packages=(
   slurmctld slurmd slurm-client munge       # tests/slurm starts a real 2-node SLURM cluster on this machine
   lmod                                      # tests/slurm/module_load.sh: module load trident
   clang-14 libclang-rt-14-dev               # tests/fuzz: libFuzzer with ASan + UBSan
+  python3-pip unzip                         # scripts/fetch-cuda-libtorch.sh: PyPI's torch wheel (CUDA flavour)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # The tests, from a fresh Debian 12 machine: install, build with warnings as errors, run CTest
-# (unit, MPI at np 1/2/4, CLI, a real SLURM cluster, 60 s of deck fuzzing), then the unit and MPI
-# tests again under ASan + UBSan (scripts/sanitize.sh; TRIDENT_SKIP_SANITIZERS=1 skips that).
-# GPU tests skip where no GPU is visible.
+# (unit, MPI at np 1/2/4, CLI, a real SLURM cluster, 60 s of deck fuzzing); then the CUDA flavour
+# (LibTorch 2.11 + CUDA 13 from PyPI's torch wheel, every target compiled and linked with
+# -Werror, its unit and MPI tests run on this machine's CPU; TRIDENT_SKIP_CUDA=1 skips it); then
+# the unit and MPI tests again under ASan + UBSan (scripts/sanitize.sh; TRIDENT_SKIP_SANITIZERS=1
+# skips that). GPU tests skip where no GPU is visible.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRESET=ci bash scripts/build.sh
 ctest --preset ci -j "$(nproc)" "$@"
+if [ "${TRIDENT_SKIP_CUDA:-0}" != 1 ]; then
+  PRESET=cuda bash scripts/build.sh
+  ctest --preset cuda -j "$(nproc)" -L '^(unit|gpu)$' "$@"
+  ctest --preset cuda -R '^mpi_np[124]$' "$@"
+fi
 [ "${TRIDENT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/sanitize.sh

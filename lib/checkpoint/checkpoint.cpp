@@ -306,12 +306,18 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
           writes ? it->second.reshape({-1}) : at::Tensor());
   }
 
-  // Every rank's RNG state, one row each (the states of one generator kind have one size).
+  // Every rank's RNG states, one row each per generator kind (the states of one kind have one
+  // size): the CPU generator's, and the CUDA generator's of ranks that train on a GPU. A kind is
+  // written when every rank has one (creating the dataset is collective).
   int size = 1;
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (shard.rng_state.defined()) {
-    const int64_t bytes = shard.rng_state.numel();
-    write("/rng/cpu", {size, bytes}, rank * bytes, (rank + 1) * bytes, shard.rng_state, at::kByte);
+  for (const auto& [name, state] : {std::pair<const char*, at::Tensor>{"/rng/cpu", shard.rng_state},
+                                    {"/rng/cuda", shard.cuda_rng_state}}) {
+    int everyone = state.defined() ? 1 : 0;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everyone, 1, MPI_INT, MPI_MIN, comm));
+    if (!everyone) continue;
+    const int64_t bytes = state.numel();
+    write(name, {size, bytes}, rank * bytes, (rank + 1) * bytes, state.cpu(), at::kByte);
   }
 
   // Checksums: every rank learns every block, then all write the same attributes (collective).
@@ -470,14 +476,15 @@ at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorE
   return out;
 }
 
-at::Tensor Reader::read_rng_state(int rank) const {
+at::Tensor Reader::read_rng_state(int rank, const std::string& kind) const {
   std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
-  if (!data::link_exists(file_, "rng/cpu")) return at::Tensor();
-  Hid dataset(HDF5_CHECK(H5Dopen2(file_, "/rng/cpu", H5P_DEFAULT)));
+  const std::string name = "/rng/" + kind;
+  if (!data::link_exists(file_, name.substr(1))) return at::Tensor();
+  Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
   const auto shape = data::dataset_shape(dataset);
   if (shape.size() != 2 || rank >= static_cast<int>(shape[0])) return at::Tensor();
   const auto bytes = static_cast<int64_t>(shape[1]);
-  return read_checked(dataset, path_, "/rng/cpu", rank * bytes, (rank + 1) * bytes);
+  return read_checked(dataset, path_, name, rank * bytes, (rank + 1) * bytes);
 }
 
 at::Tensor Reader::read_tensor(const std::string& name) const {

@@ -3,7 +3,8 @@
 // independent of the layout that wrote it. Every tensor is stored under its model name with
 // its full shape (/params/<name>, /optim/<state>/<name>, /buffers/<name>); each rank writes,
 // collectively, the elements it owns under the current dp/pp/ZeRO layout; each written block
-// carries a CRC-32 so any reader can verify what it reads. Written to a temporary name and
+// carries a CRC-32 so any reader can verify what it reads. Tensors are written from host memory
+// (a GPU rank stages its shard there first) and read into host memory. Written to a temporary name and
 // committed by rename, then `latest` is updated, then old ones are pruned.
 #include <ATen/core/Tensor.h>
 #include <mpi.h>
@@ -43,7 +44,8 @@ struct Shard {
   at::Tensor params;
   std::vector<std::pair<std::string, at::Tensor>> states;
   std::vector<std::pair<std::string, at::Tensor>> buffers;  // empty on ranks that do not write them
-  at::Tensor rng_state;  // this rank's CPU generator state (uint8); every rank passes one or none
+  at::Tensor rng_state;       // this rank's CPU generator state (uint8); every rank passes one or none
+  at::Tensor cuda_rng_state;  // its CUDA generator's (uint8), on ranks that train on a GPU
 };
 
 // Collective over `comm`. `params` and `buffers` list the whole model (every rank passes the
@@ -69,9 +71,10 @@ class Reader {
   at::Tensor read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
                        int64_t end) const;
   at::Tensor read_tensor(const std::string& dataset) const;
-  // The CPU generator state rank `rank` saved (uint8), or an undefined tensor when the file has
-  // none for that rank (an older file, or fewer ranks wrote it).
-  at::Tensor read_rng_state(int rank) const;
+  // The state of generator `kind` ("cpu" or "cuda") rank `rank` saved (uint8), or an undefined
+  // tensor when the file has none for that rank (an older file, fewer ranks wrote it, or it was
+  // written on CPUs and "cuda" is asked for).
+  at::Tensor read_rng_state(int rank, const std::string& kind = "cpu") const;
 
  private:
   std::string path_;

@@ -5,10 +5,16 @@
 
 namespace trident::comm {
 
-// MPI backend: contiguous CPU tensors, MPI datatypes from the tensor dtype.
+// MPI backend: contiguous tensors, MPI datatypes from the tensor dtype (fp32, fp64, integers;
+// bf16 and fp16 travel as 16-bit words and are summed by MPI operators of their own).
+//
+// Tensors in host memory are handed to MPI as they are. Tensors on a GPU are staged: copied into
+// a (pinned) host buffer, moved by MPI, and the result copied back into the tensor -- so several
+// ranks sharing one GPU, which NCCL refuses, run dp, pp and ZeRO on CUDA tensors over MPI.
+// `stage_through_host` stages host tensors as well (the staging path tested without a GPU).
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm);  // does not take ownership
+  explicit MpiCommunicator(MPI_Comm comm, bool stage_through_host = false);  // does not take ownership
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
@@ -30,12 +36,16 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
 
  private:
+  // The host tensor MPI works on for `t`: `t` itself, or a host copy (of its values when
+  // `copy_in`) when `t` is on a device or staging is forced.
+  at::Tensor host(const at::Tensor& t, bool copy_in) const;
   std::vector<int> place_own_piece(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& counts,
                                    std::vector<int>& displacements);
 
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
+  bool stage_through_host_ = false;
 };
 
 }  // namespace trident::comm

@@ -330,20 +330,25 @@ void NcclCommunicator::reduce_scatter_sum_v(const at::Tensor& input, at::Tensor&
     reduce_scatter_sum(input, output);
     return;
   }
-  // NCCL has no reduce-scatter-v: pad every piece to the largest and use the even one. The copies
-  // are device-to-device; the alternative (one ncclReduce per piece) moves the same bytes in
-  // size() separate operations.
-  const auto flat = input.reshape({-1});
-  auto padded = at::zeros({largest * size_}, input.options());
-  int64_t offset = 0;
-  for (int r = 0; r < size_; ++r) {
-    const int64_t c = counts[static_cast<size_t>(r)];
-    if (c > 0) padded.narrow(0, r * largest, c).copy_(flat.narrow(0, offset, c));
-    offset += c;
-  }
-  auto mine = at::empty({largest}, output.options());
-  reduce_scatter_sum(padded, mine);  // the compute stream waits for it: the copy below is ordered
-  output.view({-1}).copy_(mine.narrow(0, 0, output.numel()));
+  // NCCL has no reduce-scatter-v: one ncclReduce per piece, rooted at its owner, in one group
+  // (one launch). Each reduce reads its piece in place: no padded copy of the input. Each rank
+  // sends about the input's bytes once (a ring reduce-scatter sends (n - 1) / n of them). The
+  // receive buffer is used on the root only; the others pass their own output, untouched.
+  run_blocking(Op::reduce_scatter, [&] {
+    const auto elem = static_cast<int64_t>(input.element_size());
+    const auto* base = static_cast<const char*>(input.data_ptr());
+    const ncclDataType_t type = nccl_type(input);
+    NCCL_CHECK(ncclGroupStart());
+    int64_t offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t c = counts[static_cast<size_t>(r)];
+      if (c > 0)
+        NCCL_CHECK(ncclReduce(base + offset * elem, output.data_ptr(), static_cast<size_t>(c), type, ncclSum, r, comm_,
+                              stream_));
+      offset += c;
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
 }
 
 // One broadcast per piece, rooted at its owner, in one group (one launch). The owner sends from

@@ -3,8 +3,10 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -142,10 +144,15 @@ const std::vector<FieldInfo>& deck_fields() {
 
 // ---- reading -----------------------------------------------------------------------------
 
-Deck parse_deck_text(const std::string& text, const std::string& source,
+Deck parse_deck_text(const std::string& raw_text, const std::string& source,
                      const std::vector<std::string>& overrides) {
   Deck deck;
   deck.source = source;
+  // A UTF-8 byte-order mark (Windows editors write one) is not part of the first line.
+  static const std::string kByteOrderMark = "\xEF\xBB\xBF";
+  const std::string text = raw_text.compare(0, kByteOrderMark.size(), kByteOrderMark) == 0
+                               ? raw_text.substr(kByteOrderMark.size())
+                               : raw_text;
   deck.source_text = text;
   std::vector<std::string> errors;
 
@@ -206,6 +213,11 @@ Deck parse_deck_text(const std::string& text, const std::string& source,
 }
 
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  // An ifstream opens a folder and reads nothing from it: the deck would be empty and the run
+  // would fail later, on a key the user never wrote.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw BadInput(fmt::format("bad deck {}: it is a folder, not a deck file (trident train DECK.ini)", path));
   std::ifstream in(path);
   if (!in) throw BadInput(fmt::format("bad deck {}: cannot open the file", path));
   std::stringstream text;
@@ -219,6 +231,17 @@ int64_t resolved_dp(const Deck& deck, int world_size) {
   if (deck.parallel.dp == "auto") return deck.parallel.pp > 0 ? world_size / deck.parallel.pp : world_size;
   int64_t dp = 0;
   return parse_value(deck.parallel.dp, dp) ? dp : 0;
+}
+
+int64_t resolved_micro_batch(const Deck& deck, int world_size) {
+  int64_t micro = 0;
+  if (deck.optim.micro_batch != "auto") return parse_value(deck.optim.micro_batch, micro) && micro >= 1 ? micro : 0;
+  const int64_t dp = resolved_dp(deck, world_size);
+  if (dp < 1 || deck.optim.global_batch < dp || deck.optim.global_batch % dp != 0) return 0;
+  const int64_t per_rank = deck.optim.global_batch / dp;
+  for (micro = std::min(per_rank, deck.optim.max_micro_batch); micro > 1; --micro)
+    if (per_rank % micro == 0) break;
+  return std::max<int64_t>(micro, 1);
 }
 
 std::vector<int64_t> hidden_sizes(const Deck& deck) {
@@ -259,7 +282,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   at_least("run.threads", static_cast<double>(d.run.threads), 0);
   at_least("run.fail_timeout_s", d.run.fail_timeout_s, 0);
   if (one_of("run.device", d.run.device, {"auto", "cpu", "cuda"}) && d.run.device == "cuda" && !env.cuda_available)
-    fail("run.device", "'cuda' requested, but this trident was built without CUDA or the node has no GPU");
+    fail("run.device", "'cuda' requested, but " + env.no_cuda_reason);
 
   if (d.data.path.empty()) fail("data.path", "must not be empty");
   at_least("data.prefetch", static_cast<double>(d.data.prefetch), 0);
@@ -300,9 +323,10 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.parallel.zero < 0 || d.parallel.zero > 3)
     fail("parallel.zero", fmt::format("{} is out of range (0 | 1 | 2 | 3)", d.parallel.zero));
   one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b"});
-  if (one_of("parallel.backend", d.parallel.backend, {"auto", "mpi", "nccl"}) && d.parallel.backend == "nccl" &&
-      !env.cuda_available)
-    fail("parallel.backend", "'nccl' requested, but this trident was built without CUDA/NCCL or the node has no GPU");
+  if (one_of("parallel.backend", d.parallel.backend, {"auto", "mpi", "nccl"}) && d.parallel.backend == "nccl") {
+    if (!env.cuda_available) fail("parallel.backend", "'nccl' requested, but " + env.no_cuda_reason);
+    else if (d.run.device == "cpu") fail("parallel.backend", "'nccl' moves CUDA tensors; run.device = cpu trains on the CPU (use mpi)");
+  }
   if (!(d.parallel.bucket_mb > 0)) fail("parallel.bucket_mb", fmt::format("{} must be > 0", d.parallel.bucket_mb));
 
   one_of("optim.name", d.optim.name, {"adamw", "sgd"});
@@ -319,15 +343,25 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (!(d.optim.eps > 0)) fail("optim.eps", fmt::format("{} must be > 0", d.optim.eps));
   at_least("optim.clip_grad_norm", d.optim.clip_grad_norm, 0);
   if (one_of("optim.precision", d.optim.precision, {"fp32", "bf16", "fp16"}) && d.optim.precision == "fp16" &&
-      !env.cuda_available)
+      (!env.cuda_available || d.run.device == "cpu"))
     fail("optim.precision", "'fp16' needs a GPU (run.device = cuda); on the CPU autocast computes in bf16 only");
-  const bool batches_ok = d.optim.global_batch >= 1 && d.optim.micro_batch >= 1;
   at_least("optim.global_batch", static_cast<double>(d.optim.global_batch), 1);
-  at_least("optim.micro_batch", static_cast<double>(d.optim.micro_batch), 1);
-  if (batches_ok && dp >= 1 && d.optim.global_batch % (d.optim.micro_batch * dp) != 0)
-    fail("optim.global_batch",
-         fmt::format("{} is not divisible by optim.micro_batch({}) x dp({}) = {}", d.optim.global_batch,
-                     d.optim.micro_batch, dp, d.optim.micro_batch * dp));
+  at_least("optim.max_micro_batch", static_cast<double>(d.optim.max_micro_batch), 1);
+  int64_t micro = 0;
+  if (d.optim.micro_batch == "auto") {
+    if (d.optim.global_batch >= 1 && dp >= 1 && d.optim.global_batch % dp != 0)
+      fail("optim.global_batch", fmt::format("{} is not divisible by dp({}) (optim.micro_batch = auto splits "
+                                             "global_batch / dp into micro-batches)",
+                                             d.optim.global_batch, dp));
+  } else if (!parse_value(d.optim.micro_batch, micro)) {
+    fail("optim.micro_batch", fmt::format("'{}' must be auto or a positive integer", d.optim.micro_batch));
+  } else if (micro < 1) {
+    fail("optim.micro_batch", fmt::format("{} is out of range (must be >= 1)", micro));
+  } else if (d.optim.global_batch >= 1 && dp >= 1 && d.optim.global_batch % (micro * dp) != 0) {
+    fail("optim.global_batch", fmt::format("{} is not divisible by optim.micro_batch({}) x dp({}) = {} (or set "
+                                           "optim.micro_batch = auto)",
+                                           d.optim.global_batch, micro, dp, micro * dp));
+  }
 
   at_least("checkpoint.every_steps", static_cast<double>(d.checkpoint.every_steps), 0);
   at_least("checkpoint.every_minutes", d.checkpoint.every_minutes, 0);

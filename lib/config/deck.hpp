@@ -22,7 +22,7 @@
   X(run, fail_timeout_s, double, 30.0,                                                          \
     "abort the job when a rank is dead or makes no progress for this long (heartbeats); 0 = off") \
   X(run, peak_tflops, double, 0.0,                                                              \
-    "peak TFLOP/s per rank for MFU; 0 = 989 (H100 bf16 dense) on CUDA in bf16/fp16, else no MFU")
+    "peak TFLOP/s per rank for MFU; 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
 
 #define TRIDENT_DECK_DATA(X)                                                                    \
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \
@@ -61,8 +61,11 @@
   X(optim, beta2, double, 0.999, "adamw second-moment decay")                                   \
   X(optim, eps, double, 1e-8, "adamw denominator epsilon")                                      \
   X(optim, global_batch, int64_t, 256, "samples per optimizer step over all ranks (fixed under strong scaling)") \
-  X(optim, micro_batch, int64_t, 64,                                                            \
-    "samples per rank per micro-step; accumulation = global_batch / (micro_batch x dp)")        \
+  X(optim, micro_batch, std::string, "auto",                                                    \
+    "samples per rank per micro-step; accumulation = global_batch / (micro_batch x dp); auto = the " \
+    "largest divisor of global_batch / dp that is <= max_micro_batch, so one deck runs at any dp") \
+  X(optim, max_micro_batch, int64_t, 64,                                                        \
+    "micro_batch = auto: the largest micro-batch to pick (lower it when a micro-batch does not fit in memory)") \
   X(optim, clip_grad_norm, double, 1.0, "clip gradients to this global L2 norm; 0 = off")       \
   X(optim, precision, std::string, "fp32", "fp32 | bf16 | fp16: bf16/fp16 matmuls under autocast, fp32 master weights; fp16 (GPU) adds dynamic loss scaling")
 
@@ -109,13 +112,15 @@ const std::vector<FieldInfo>& deck_fields();
 // (missing file, syntax, unknown key, bad type) is collected; throws BadInput naming the deck
 // and the keys when there is any. Expands ${name} in run.output_dir.
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides);
+// A leading UTF-8 byte-order mark is skipped; CRLF line endings are accepted.
 Deck parse_deck_text(const std::string& text, const std::string& source,
                      const std::vector<std::string>& overrides);
 
 // What validation needs to know about where the run happens.
 struct Environment {
   int world_size = 1;
-  bool cuda_available = false;
+  bool cuda_available = false;  // this build has CUDA and this node a GPU
+  std::string no_cuda_reason = "this trident was built without CUDA or the node has no GPU";  // when not
 };
 
 // Every broken rule, one message each, each naming the key (and the deck file).
@@ -125,6 +130,9 @@ void validate_or_throw(const Deck& deck, const Environment& env);
 
 // Resolved values that need the world size.
 int64_t resolved_dp(const Deck& deck, int world_size);
+// optim.micro_batch, with auto resolved for this world size; 0 when it cannot be (validate()
+// says why).
+int64_t resolved_micro_batch(const Deck& deck, int world_size);
 std::vector<int64_t> hidden_sizes(const Deck& deck);
 
 // Every key and its value as text, in declaration order: (section.key, value).

@@ -62,13 +62,18 @@ MicroBatch Prefetcher::next() {
 
 std::unique_ptr<Prefetcher> make_train_loader(std::shared_ptr<SplitReader> reader, GlobalSampler sampler,
                                               int64_t first_step, int64_t end_step, int64_t micro_batch,
-                                              int dp_rank, int dp, int depth, bool inputs, bool labels) {
+                                              int dp_rank, int dp, int depth, bool inputs, bool labels,
+                                              bool pin_memory) {
   const int64_t accumulation = sampler.global_batch() / (micro_batch * dp);
   auto produce = [=, sampler = std::move(sampler)](int64_t i) mutable {
     const int64_t step = first_step + i / accumulation;
     MicroBatch batch;
     reader->read(sampler.micro_batch_indices(step, i % accumulation, dp_rank, dp, micro_batch),
                  inputs ? &batch.inputs : nullptr, labels ? &batch.labels : nullptr);
+    if (pin_memory) {
+      if (batch.inputs.defined()) batch.inputs = batch.inputs.pin_memory();
+      if (batch.labels.defined()) batch.labels = batch.labels.pin_memory();
+    }
     return batch;
   };
   return std::make_unique<Prefetcher>((end_step - first_step) * accumulation, depth, std::move(produce));

@@ -47,9 +47,12 @@ class Prefetcher {
 };
 
 // The training micro-batches of one dp rank for global steps [first_step, end_step): inputs
-// and/or labels, as the rank's pipeline stage needs them.
+// and/or labels, as the rank's pipeline stage needs them. `pin_memory` (a rank that trains on a
+// GPU): each batch is put in page-locked memory on the loader's thread, so its copy to the
+// device runs asynchronously.
 std::unique_ptr<Prefetcher> make_train_loader(std::shared_ptr<SplitReader> reader, GlobalSampler sampler,
                                               int64_t first_step, int64_t end_step, int64_t micro_batch,
-                                              int dp_rank, int dp, int depth, bool inputs, bool labels);
+                                              int dp_rank, int dp, int depth, bool inputs, bool labels,
+                                              bool pin_memory = false);
 
 }  // namespace trident::data

@@ -4,7 +4,7 @@
 
 namespace trident::optim {
 
-FlatParams::FlatParams(torch::nn::Module& model) {
+FlatParams::FlatParams(torch::nn::Module& model, torch::Device device) {
   int64_t total = 0;
   for (const auto& item : model.named_parameters()) {
     const auto& p = item.value();
@@ -12,8 +12,9 @@ FlatParams::FlatParams(torch::nn::Module& model) {
     total += p.numel();
   }
   numel_ = total;
-  params = torch::empty({total}, torch::kFloat);
-  grads = torch::zeros({total}, torch::kFloat);
+  options = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  params = torch::empty({total}, options);
+  grads = torch::zeros({total}, options);
   torch::NoGradGuard no_grad;
   for (auto& slot : slots) {
     auto flat = params.narrow(0, slot.offset, slot.numel);

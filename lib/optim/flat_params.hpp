@@ -18,7 +18,9 @@ struct ParamSlot {
 
 class FlatParams {
  public:
-  explicit FlatParams(torch::nn::Module& model);
+  // On `device`, where the model's parameters must already be (a stage may have none).
+  FlatParams(torch::nn::Module& model, torch::Device device);
+  torch::TensorOptions options;  // fp32 on the model's device: every buffer laid out like these
   torch::Tensor params;  // [numel], fp32
   torch::Tensor grads;   // [numel], fp32; never reset to undefined, only zeroed
   std::vector<ParamSlot> slots;

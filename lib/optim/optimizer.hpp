@@ -28,7 +28,12 @@ class Optimizer {
   virtual void set_steps(int64_t steps) = 0;
 };
 
-std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck);
+// AdamW on CUDA tensors with LibTorch >= 2.4 runs as one fused kernel over the flat buffer
+// (at::_fused_adamw_, PyTorch's fused=True); elsewhere as a few vector ops. `fused` forces the
+// fused kernel where the build has it (from 2.4 on the CPU too: tests compare it there).
+std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck, bool fused = false);
+// Whether this build's LibTorch has the fused AdamW kernel.
+bool fused_adamw_built();
 
 // Scales `grads` so that their L2 norm is at most `max_norm` (0: no clipping), as
 // torch.nn.utils.clip_grad_norm_ does. `squared_norm` is the global sum of squares (over every

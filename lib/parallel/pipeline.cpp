@@ -29,25 +29,31 @@ std::vector<int64_t> with_batch(int64_t n, const std::vector<int64_t>& sample_sh
 }
 }  // namespace
 
-Pipeline::Pipeline(comm::Communicator& pp_comm, int stage, int pp, model::LayerStack stage_model,
-                   std::vector<int64_t> input_shape, std::vector<int64_t> output_shape, std::string schedule)
-    : comm_(pp_comm), stage_(stage), pp_(pp), model_(std::move(stage_model)), input_shape_(std::move(input_shape)),
+Pipeline::Pipeline(comm::Communicator& activations, comm::Communicator& gradients, int stage, int pp,
+                   model::LayerStack stage_model, std::vector<int64_t> input_shape, std::vector<int64_t> output_shape,
+                   std::string schedule)
+    : activations_(activations), gradients_(gradients), stage_(stage), pp_(pp), model_(std::move(stage_model)), input_shape_(std::move(input_shape)),
       output_shape_(std::move(output_shape)), schedule_(std::move(schedule)) {}
 
 at::Tensor Pipeline::forward(const at::Tensor& x) {
-  optim::AutocastScope autocast(compute_type_, cuda_);
+  optim::AutocastScope autocast(compute_type_, device_.is_cuda());
   // Stage boundaries and the loss stay fp32 whatever the layers computed in.
   return model_->forward(x).to(at::kFloat);
 }
 
-at::Tensor Pipeline::receive(const std::vector<int64_t>& sample_shape, int64_t n, int peer, int tag) {
-  at::Tensor t = at::empty(with_batch(n, sample_shape), at::kFloat);
+// non_blocking: from pinned memory (data/loader.hpp pins batches meant for a GPU) the copy runs
+// on the stream while the host goes on; from the CPU to the CPU it is the tensor itself.
+at::Tensor Pipeline::to_device(const at::Tensor& t) const { return t.to(device_, /*non_blocking=*/true); }
+
+at::Tensor Pipeline::receive(comm::Communicator& comm, const std::vector<int64_t>& sample_shape, int64_t n, int peer,
+                             int tag) {
+  at::Tensor t = at::empty(with_batch(n, sample_shape), at::TensorOptions().dtype(at::kFloat).device(device_));
   ScopedTimer blocked(stats_.blocked_s);
-  comm_.recv(t, peer, tag);
+  comm.recv(t, peer, tag);
   return t;
 }
 
-double Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
+at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
                           GradSync& sync, double loss_scale, double& forward_s, double& backward_s) {
   Stopwatch step;
   const double compute_before = forward_s + backward_s;
@@ -55,35 +61,36 @@ double Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::fun
   std::vector<at::Tensor> inputs(m), outputs(m), labels(m), losses(m), output_grads(m);
   std::vector<std::unique_ptr<comm::Work>> sends;
   std::vector<at::Tensor> in_flight;  // what the sends read from, alive until they complete
-  double loss_sum = 0;
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   int alive = 0;
   for (const auto& op : make_schedule(schedule_, pp_, micro_batches, stage_)) {
     const auto i = static_cast<size_t>(op.micro);
     switch (op.kind) {
       case OpKind::RecvActivation:
-        inputs[i] = receive(input_shape_, micro_batch, stage_ - 1, activation_tag(op.micro)).requires_grad_(true);
+        inputs[i] =
+            receive(activations_, input_shape_, micro_batch, stage_ - 1, activation_tag(op.micro)).requires_grad_(true);
         break;
       case OpKind::Forward: {
         if (first() || last()) {
           auto batch = next_batch();
-          if (first()) inputs[i] = batch.inputs;
-          if (last()) labels[i] = batch.labels;
+          if (first()) inputs[i] = to_device(batch.inputs);
+          if (last()) labels[i] = to_device(batch.labels);
         }
         ScopedTimer t(forward_s);
         outputs[i] = forward(inputs[i]);
         if (last()) {
           losses[i] = loss_of(outputs[i], labels[i], torch::Reduction::Mean);
-          loss_sum += losses[i].item<double>();
+          loss_sum += losses[i].detach().to(at::kDouble);
         }
         stats_.peak_alive = std::max(stats_.peak_alive, ++alive);
         break;
       }
       case OpKind::SendActivation:
         in_flight.push_back(outputs[i].detach());
-        sends.push_back(comm_.send_async(in_flight.back(), stage_ + 1, activation_tag(op.micro)));
+        sends.push_back(activations_.send_async(in_flight.back(), stage_ + 1, activation_tag(op.micro)));
         break;
       case OpKind::RecvGradient:
-        output_grads[i] = receive(output_shape_, micro_batch, stage_ + 1, gradient_tag(op.micro));
+        output_grads[i] = receive(gradients_, output_shape_, micro_batch, stage_ + 1, gradient_tag(op.micro));
         break;
       case OpKind::Backward: {
         ScopedTimer t(backward_s);
@@ -96,7 +103,7 @@ double Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::fun
       }
       case OpKind::SendGradient:
         in_flight.push_back(inputs[i].grad());
-        sends.push_back(comm_.send_async(in_flight.back(), stage_ - 1, gradient_tag(op.micro)));
+        sends.push_back(gradients_.send_async(in_flight.back(), stage_ - 1, gradient_tag(op.micro)));
         inputs[i] = at::Tensor();
         break;
     }
@@ -118,13 +125,13 @@ std::pair<double, double> Pipeline::evaluate(int64_t n, const std::function<data
   at::Tensor x, labels;
   if (first() || last()) {
     auto batch = read();
-    x = batch.inputs;
-    labels = batch.labels;
+    if (first()) x = to_device(batch.inputs);
+    if (last()) labels = to_device(batch.labels);
   }
-  if (!first()) x = receive(input_shape_, n, stage_ - 1, activation_tag(0));
+  if (!first()) x = receive(activations_, input_shape_, n, stage_ - 1, activation_tag(0));
   const at::Tensor y = forward(x);
   if (!last()) {
-    comm_.send(y.contiguous(), stage_ + 1, activation_tag(0));
+    activations_.send(y.contiguous(), stage_ + 1, activation_tag(0));
     return {0.0, 0.0};
   }
   const double loss = loss_of(y, labels, torch::Reduction::Sum).item<double>();

@@ -25,14 +25,21 @@ struct StageStats {
 class Pipeline {
  public:
   // `input_shape` / `output_shape`: one sample's shape entering / leaving this stage.
-  Pipeline(comm::Communicator& pp_comm, int stage, int pp, model::LayerStack stage_model,
-           std::vector<int64_t> input_shape, std::vector<int64_t> output_shape, std::string schedule);
+  // Activations travel on `activations` (stage s -> s + 1) and gradients on `gradients`
+  // (s + 1 -> s), over the pp group. They may be one communicator (MPI matches messages by tag
+  // and source); NCCL needs two: its sends and receives run in order on one stream and a send
+  // completes only when the peer receives it, so under 1F1B a stage sending an activation while
+  // its neighbour sends it a gradient on the same stream would wait for each other forever.
+  Pipeline(comm::Communicator& activations, comm::Communicator& gradients, int stage, int pp,
+           model::LayerStack stage_model, std::vector<int64_t> input_shape, std::vector<int64_t> output_shape,
+           std::string schedule);
 
-  // Forwards under autocast in `type` (Float = off, optim/precision.hpp). Stages still exchange
-  // fp32 activations and gradients.
-  void set_compute_type(c10::ScalarType type, bool cuda) {
+  // Forwards under autocast in `type` (Float = off, optim/precision.hpp) on `device`, where the
+  // stage's model is; batches are copied there (asynchronously from pinned memory on a GPU) and
+  // receive buffers are allocated there. Stages still exchange fp32 activations and gradients.
+  void set_compute(c10::ScalarType type, c10::Device device) {
     compute_type_ = type;
-    cuda_ = cuda;
+    device_ = device;
   }
 
   bool first() const { return stage_ == 0; }
@@ -41,8 +48,9 @@ class Pipeline {
 
   // One optimizer step: `micro_batches` micro-batches of `micro_batch` samples. `next_batch`
   // gives the first stage its inputs and the last its labels, in micro-batch order. Returns the
-  // sum of the micro-batches' mean losses on the last stage (0 elsewhere).
-  double run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
+  // sum of the micro-batches' mean losses on the last stage (0 elsewhere), as a 0-dimensional
+  // fp64 tensor on the device: reading it is the caller's choice (a GPU step need not wait).
+  at::Tensor run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
                   GradSync& sync, double loss_scale, double& forward_s, double& backward_s);
 
   // Forward only, `n` samples (same n on every stage of the replica): returns (loss sum,
@@ -54,15 +62,18 @@ class Pipeline {
 
  private:
   at::Tensor forward(const at::Tensor& x);  // this stage's layers under the compute type; fp32 out
-  at::Tensor receive(const std::vector<int64_t>& sample_shape, int64_t n, int peer, int tag);
-  comm::Communicator& comm_;
+  at::Tensor receive(comm::Communicator& comm, const std::vector<int64_t>& sample_shape, int64_t n, int peer,
+                     int tag);
+  at::Tensor to_device(const at::Tensor& t) const;
+  comm::Communicator& activations_;
+  comm::Communicator& gradients_;
   int stage_, pp_;
   model::LayerStack model_;
   std::vector<int64_t> input_shape_, output_shape_;
   std::string schedule_;
   StageStats stats_;
   c10::ScalarType compute_type_ = c10::ScalarType::Float;
-  bool cuda_ = false;
+  c10::Device device_ = c10::Device(c10::DeviceType::CPU);
 };
 
 }  // namespace trident::parallel

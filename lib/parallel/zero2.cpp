@@ -18,7 +18,7 @@ class Zero2 final : public GradSync {
       : flat_(flat), comm_(comm), partition_(flat.numel(), comm.size()) {
     range_ = partition_.range(comm.rank());
     counts_ = partition_.counts(0, flat.numel());
-    grad_partition_ = at::zeros({range_.end - range_.begin}, at::kFloat);
+    grad_partition_ = at::zeros({range_.end - range_.begin}, flat.options);
     // Release the whole-model gradient buffer: autograd allocates each gradient afresh, and
     // reduce() frees it once its bucket is reduced.
     for (auto& slot : flat.slots) slot.param.mutable_grad() = at::Tensor();
@@ -50,7 +50,7 @@ class Zero2 final : public GradSync {
   void reduce(size_t b) {
     Stopwatch watch;
     const auto& bucket = readiness_->buckets()[b];
-    at::Tensor staging = at::empty({bucket.numel}, at::kFloat);
+    at::Tensor staging = at::empty({bucket.numel}, flat_.options);
     for (int64_t p = bucket.first_param; p < bucket.end_param; ++p) {
       auto& slot = flat_.slots[static_cast<size_t>(p)];
       auto target = staging.narrow(0, slot.offset - bucket.offset, slot.numel);
@@ -60,7 +60,7 @@ class Zero2 final : public GradSync {
       slot.param.mutable_grad() = at::Tensor();  // freed: this rank keeps only its partition
     }
     const auto piece = partition_.intersect(bucket.offset, bucket.offset + bucket.numel, comm_.rank());
-    at::Tensor received = at::empty({piece.end - piece.begin}, at::kFloat);
+    at::Tensor received = at::empty({piece.end - piece.begin}, flat_.options);
     comm_.reduce_scatter_sum_v(staging, received, partition_.counts(bucket.offset, bucket.offset + bucket.numel));
     grad_partition_.narrow(0, piece.begin - range_.begin, piece.end - piece.begin).add_(received);
     ++launched_total_;

@@ -135,7 +135,7 @@ class Zero3 final : public GradSync, public model::LayerHooks {
   }
 
   at::Tensor full_params() override {
-    at::Tensor full = at::empty({flat_.numel()}, at::kFloat);
+    at::Tensor full = at::empty({flat_.numel()}, flat_.options);
     for (const auto& span : layers_) {
       if (span.end == span.begin) continue;
       auto out = full.narrow(0, span.begin, span.end - span.begin);
@@ -213,7 +213,7 @@ class Zero3 final : public GradSync, public model::LayerHooks {
     prepare_backward(l);  // no-op unless the layer took no part in this backward (zero gradient)
     Stopwatch watch;
     const auto piece = partition_.intersect(span.begin, span.end, comm_.rank());
-    at::Tensor received = at::empty({piece.end - piece.begin}, at::kFloat);
+    at::Tensor received = at::empty({piece.end - piece.begin}, flat_.options);
     comm_.reduce_scatter_sum_v(span.grads, received, partition_.counts(span.begin, span.end));
     own_piece(grad_partition_, span).add_(received);
     for (int64_t p = span.first_param; p < span.end_param; ++p)

@@ -55,7 +55,9 @@ void write_report_json(const std::string& path, const Summary& s) {
                  {"dp", s.layout.dp},             {"pp", s.layout.pp},
                  {"zero", s.layout.zero},         {"backend", s.layout.backend},
                  {"device", s.layout.device},     {"schedule", s.layout.schedule},
-                 {"micro_batches", s.layout.micro_batches}, {"threads_per_rank", s.layout.threads_per_rank}};
+                 {"micro_batch", s.layout.micro_batch},     {"micro_batches", s.layout.micro_batches},
+                 {"threads_per_rank", s.layout.threads_per_rank},
+                 {"device_name", s.device_name.empty() ? json(nullptr) : json(s.device_name)}};
   r["steps"] = s.steps;
   r["epochs"] = s.epochs;
   r["parameters"] = s.parameters;
@@ -96,7 +98,9 @@ void write_report_json(const std::string& path, const Summary& s) {
                    {"optimizer", s.memory.optimizer},
                    {"master", s.memory.master}}},
                  {"expected_model_state_bytes", s.memory.expected},
-                 {"peak_bytes", s.peak_bytes}};
+                 {"peak_bytes", s.peak_bytes},
+                 {"peak_device_bytes", s.peak_device_bytes ? json(*s.peak_device_bytes) : json(nullptr)},
+                 {"device_total_bytes", s.device_total_bytes ? json(*s.device_total_bytes) : json(nullptr)}};
   auto rate_or_null = [](double v) { return v > 0 ? json(v) : json(nullptr); };
   r["checkpoint"] = {{"saves", s.checkpoint_saves},
                      {"write_gb_per_s", rate_or_null(s.checkpoint_write_gb_per_s)},

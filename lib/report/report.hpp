@@ -19,6 +19,7 @@ struct PhaseTimes {
 struct Layout {
   int world = 1, nodes = 1, dp = 1, pp = 1, zero = 0;
   std::string backend = "mpi", device = "cpu", schedule = "1f1b";
+  int64_t micro_batch = 1;    // samples per micro-batch (optim.micro_batch, auto resolved)
   int64_t micro_batches = 1;  // per rank per step (gradient accumulation)
   int threads_per_rank = 1;
 };
@@ -49,6 +50,10 @@ struct Summary {
   PhaseTimes time;     // max over ranks
   ModelState memory;   // max over ranks
   int64_t peak_bytes = 0;  // max over ranks of the peak resident set
+  // GPU runs: the device's name (rank 0's), its memory, and the most the caching allocator had
+  // allocated at once on any rank's device; absent (null) on the CPU.
+  std::string device_name;
+  std::optional<int64_t> device_total_bytes, peak_device_bytes;
   double bubble_fraction = 0, expected_bubble_fraction = 0;  // pipeline, mean over stages
   std::vector<StageReport> stages;                            // one per pipeline stage (its dp rank 0)
   std::string resumed_from;                                   // "" when the run started fresh

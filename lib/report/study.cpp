@@ -127,7 +127,12 @@ StudyRun read_study_run(const std::string& file) {
     r.model = text("deck/model/kind", "?");
     r.name = text("deck/run/name", fs::path(file).parent_path().filename().string());
     r.global_batch = integer("deck/optim/global_batch", 0, true);
-    r.micro_batch = integer("deck/optim/micro_batch", 0, false);
+    // The micro-batch the run used (layout.micro_batch; older reports: the deck's integer).
+    r.micro_batch = integer("layout/micro_batch", 0, false);
+    if (const json* deck_micro = field("deck/optim/micro_batch", false); r.micro_batch == 0 && deck_micro) {
+      if (deck_micro->is_number_integer()) r.micro_batch = deck_micro->get<int64_t>();
+      else if (deck_micro->is_string()) r.micro_batch = std::strtoll(deck_micro->get<std::string>().c_str(), nullptr, 10);
+    }
     r.steps = integer("steps", 0, true);
     r.samples_per_s = field("throughput/samples_per_s", true)->get<double>();
     const json* step_time = field("throughput/step_time_s", false);

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "comm/cuda_runtime.hpp"
 #include "data/dataset.hpp"
 #include "model/model.hpp"
 #include "parallel/grad_sync.hpp"
@@ -57,21 +58,22 @@ std::string plan_text(const config::Deck& deck, int world) {
   const int64_t all_params = params;
 
   const auto dp = static_cast<int>(config::resolved_dp(deck, world));
+  const int64_t micro = config::resolved_micro_batch(deck, world);
   const auto zero = static_cast<int>(deck.parallel.zero);
   const int64_t k = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
 
   std::string out;
   out += fmt::format("layout: world {} = dp {} x pp {} | zero {} | rank r -> stage r / {}, dp rank r % {}\n", world, dp,
                      deck.parallel.pp, zero, dp, dp);
-  out += fmt::format("batch: global {} = micro {} x dp {} x accumulation {}\n", deck.optim.global_batch,
-                     deck.optim.micro_batch, dp, deck.optim.global_batch / (deck.optim.micro_batch * dp));
+  out += fmt::format("batch: global {} = micro {}{} x dp {} x accumulation {}\n", deck.optim.global_batch, micro,
+                     deck.optim.micro_batch == "auto" ? " (auto)" : "", dp, deck.optim.global_batch / (micro * dp));
   out += fmt::format("model {}: {} parameters in {} layers (input {})\n", deck.model.kind, all_params,
                      model->layers().size(), source);
   const auto layer_params = model::layer_parameter_counts(model);
   const auto shapes = model::layer_shapes(model, input);
   const int pp = static_cast<int>(deck.parallel.pp);
   const auto first = parallel::cut_layers(layer_params, pp, parallel::parse_boundaries(deck.parallel.boundaries));
-  int64_t largest_stage = 0;
+  int64_t largest_stage = 0, largest_activation = 0;
   for (int s = 0; s < pp; ++s) {
     const int end = s + 1 < pp ? first[static_cast<size_t>(s) + 1] : static_cast<int>(layer_params.size());
     int64_t n = 0;
@@ -82,8 +84,9 @@ std::string plan_text(const config::Deck& deck, int world) {
     }
     largest_stage = std::max(largest_stage, n);
     // What a stage keeps per micro-batch between its forward and backward: its output.
-    int64_t activation = 4 * deck.optim.micro_batch;
+    int64_t activation = 4 * micro;
     for (auto d : shapes[static_cast<size_t>(end)]) activation *= d;
+    largest_activation = std::max(largest_activation, activation);
     out += fmt::format("  stage {}: {:>12} parameters, {} of activations per micro-batch  [{}]\n", s, n, gib(activation),
                        names);
   }
@@ -97,9 +100,20 @@ std::string plan_text(const config::Deck& deck, int world) {
   out += fmt::format("ZeRO paper's expectation for zero {}: {} per rank (zero 0 would be {})\n", zero,
                      gib(parallel::expected_state_bytes(zero, params, dp, k)),
                      gib(parallel::expected_state_bytes(0, params, dp, k)));
-  const int m = static_cast<int>(deck.optim.global_batch / (deck.optim.micro_batch * dp));
+  const int m = static_cast<int>(deck.optim.global_batch / (micro * dp));
   out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f} = (p - 1) / (m + p - 1)\n", m,
                      deck.parallel.schedule, pp > 1 ? parallel::expected_bubble_fraction(pp, m) : 0.0);
+  // On a GPU all of this is device memory. Micro-batches in flight between forward and backward:
+  // GPipe keeps all m, 1F1B at most pp (stage 0's count).
+  const int64_t in_flight = deck.parallel.schedule == "gpipe" ? m : std::min(m, pp);
+  const int64_t device_bytes = weights + grads + optimizer + in_flight * largest_activation;
+  std::string gpu;
+  if (const int gpus = comm::cuda_visible_devices(); gpus > 0)
+    gpu = fmt::format(" of {} on this node's {}", gib(comm::cuda_total_memory_bytes(0)), comm::cuda_device_name(0));
+  out += fmt::format("device memory per rank on a GPU: at least {} = model state {} + stage outputs of {} micro-batch(es) "
+                     "in flight {}{} (the layers' inner activations and the allocator's cache come on top)\n",
+                     gib(device_bytes), gib(weights + grads + optimizer), in_flight, gib(in_flight * largest_activation),
+                     gpu);
   return out;
 }
 

@@ -2,9 +2,7 @@
 
 #include <torch/torch.h>
 
-#include <filesystem>
 #include <exception>
-#include <fstream>
 #include <thread>
 
 #include <cmath>
@@ -12,6 +10,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/backend.hpp"
+#include "comm/cuda_runtime.hpp"
 #include "comm/device_placement.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/progress.hpp"
@@ -37,16 +36,16 @@
 #include "parallel/topology.hpp"
 #include "report/report.hpp"
 #include "train/plan.hpp"
+#include "train/run_folder.hpp"
 
 namespace trident::train {
-
-namespace fs = std::filesystem;
 
 struct Trainer::State {
   config::Deck deck;
   comm::World world;
   std::unique_ptr<parallel::Topology> topology;
   std::unique_ptr<comm::Communicator> dp_comm, pp_comm;  // parallel.backend's (comm/backend.hpp)
+  std::unique_ptr<comm::Communicator> pp_gradient_comm;  // NCCL: the pipeline's gradients (pipeline.hpp)
   std::unique_ptr<parallel::Pipeline> pipeline;
   std::shared_ptr<data::SplitReader> train_split, test_split;
   std::unique_ptr<data::GlobalSampler> sampler;
@@ -57,9 +56,11 @@ struct Trainer::State {
   optim::LrSchedule schedule;
   std::unique_ptr<optim::LossScaler> scaler;  // fp16 only
   std::string device = "cpu";                 // where this rank trains (comm/device_placement.hpp)
+  c10::Device torch_device{c10::kCPU};        // the same, for tensors
+  int cuda_index = -1;                        // its CUDA device, -1 on the CPU
   int threads = 1;
   std::pair<int, int> stage_layers{0, 0};  // [first, end) of the model's layers on this stage
-  int64_t accumulation = 1, total_steps = 0, epochs = 0;
+  int64_t micro_batch = 1, accumulation = 1, total_steps = 0, epochs = 0;  // micro_batch: resolved (auto)
   report::PhaseTimes times;
   // The whole model as checkpoints store it (every stage), and what was restored.
   std::vector<checkpoint::TensorEntry> all_params, all_buffers;
@@ -67,6 +68,7 @@ struct Trainer::State {
   std::string resumed_from;
   int64_t saves = 0;
   double bytes_written = 0, bytes_read = 0, read_seconds = 0;
+  std::unique_ptr<RunFolder> run_folder;     // rank 0 holds run.output_dir's lock while it lives
   std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
 };
 
@@ -85,22 +87,40 @@ int threads_per_rank(const config::Deck& deck, const comm::World& world) {
 }
 
 // run.device -> this rank's device from the node's ranks and the GPUs it sees (one rank per
-// GPU; comm/device_placement.hpp). The training loop is CPU-only in this version: `auto` on a
-// node with GPUs trains on the CPU and says so; `cuda` was refused by the deck's validation.
+// GPU; comm/device_placement.hpp), made current before any CUDA or NCCL call of the run.
 void choose_device(Trainer::State& s) {
   comm::PlacementQuery query;
   query.requested = s.deck.run.device;
   query.local_rank = s.world.local_rank;
   query.local_size = s.world.local_size;
-  query.visible_devices = static_cast<int>(torch::cuda::device_count());
+  query.visible_devices = comm::cuda_visible_devices();
   query.host = s.world.host;
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) query.cuda_visible_devices = visible;
   const comm::Placement placement = comm::place_device(query);
   comm::agree_or_throw(s.world.comm, placement.ok() ? "" : "run.device: " + placement.error);
-  if (placement.is_cuda() && s.world.rank == 0)
-    log::info("run.device = auto: {} would train on {}, but this version trains on the CPU only", s.world.host,
-              placement.device);
-  s.device = "cpu";
+  // Every rank on a GPU or none: the backend (auto: nccl or mpi) and the collectives must be the
+  // same on every rank. run.device = auto on an allocation whose nodes differ is bad input.
+  int cuda_ranks = placement.is_cuda() ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &cuda_ranks, 1, MPI_INT, MPI_SUM, s.world.comm));
+  comm::agree_or_throw(s.world.comm,
+                       cuda_ranks == 0 || cuda_ranks == s.world.size
+                           ? ""
+                           : fmt::format("run.device = {}: {} of the {} ranks see a GPU and the others none ({} "
+                                         "on {}: {}); ask for nodes alike, or set run.device = cpu",
+                                         s.deck.run.device, cuda_ranks, s.world.size,
+                                         placement.is_cuda() ? "a GPU" : "none", s.world.host, placement.device));
+  s.device = placement.device;
+  s.cuda_index = placement.cuda_index;
+  if (placement.is_cuda()) {
+    comm::cuda_set_device(placement.cuda_index);
+    s.torch_device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(placement.cuda_index));
+    // optim.precision = fp32 on a GPU: matmuls and convolutions on TF32 tensor cores (10-bit
+    // mantissa inputs, fp32 accumulation), as PyTorch's float32_matmul_precision = "high". The
+    // cuBLAS and cuDNN switches only: the CPU's (oneDNN) matmuls stay fp32. Process-wide; the
+    // environment's NVIDIA_TF32_OVERRIDE=0 turns it off (tests/gpu does).
+    at::globalContext().setAllowTF32CuBLAS(true);
+    at::globalContext().setAllowTF32CuDNN(true);
+  }
 }
 
 // Opens both splits on every rank; the verdict (and message) is the same everywhere.
@@ -132,22 +152,6 @@ void open_dataset(Trainer::State& s) {
   comm::agree_or_throw(s.world.comm, error);
 }
 
-// Creates run.output_dir (rank 0) and checks it can be written to, before anything is written.
-void prepare_output_dir(Trainer::State& s) {
-  std::string error;
-  if (s.world.rank == 0) {
-    std::error_code ec;
-    fs::create_directories(s.deck.run.output_dir, ec);
-    const std::string probe = s.deck.run.output_dir + "/.trident-write-test";
-    if (ec) {
-      error = fmt::format("run.output_dir {}: cannot create it ({})", s.deck.run.output_dir, ec.message());
-    } else if (std::ofstream(probe).put('x').fail()) {
-      error = fmt::format("run.output_dir {}: not writable", s.deck.run.output_dir);
-    }
-    fs::remove(probe, ec);
-  }
-  comm::agree_or_throw(s.world.comm, error);
-}
 
 // Every rank builds the same model from the seed; the broadcast inside each stage's dp group
 // makes sure the replicas start identical whatever the library does with the seed.
@@ -191,18 +195,37 @@ void build_stage(Trainer::State& s) {
     if (b.value().is_floating_point())
       s.all_buffers.push_back({b.key(), b.value().sizes().vec(), stage_of(b.key()), 0, b.value().numel()});
   s.model = model::LayerStack(std::vector<model::Layer>(whole->layers().begin() + begin, whole->layers().begin() + end));
-  s.pipeline = std::make_unique<parallel::Pipeline>(*s.pp_comm, stage, pp, s.model, shapes[static_cast<size_t>(begin)],
+  // Built on the CPU from the seed (the same initial weights on every device), then moved.
+  s.model->to(s.torch_device);
+  comm::Communicator& gradients = s.pp_gradient_comm ? *s.pp_gradient_comm : *s.pp_comm;
+  s.pipeline = std::make_unique<parallel::Pipeline>(*s.pp_comm, gradients, stage, pp, s.model,
+                                                    shapes[static_cast<size_t>(begin)],
                                                     shapes[static_cast<size_t>(end)], deck.parallel.schedule);
 }
 
-// Batch-norm running statistics drift apart across dp ranks (each sees its own micro-batches);
-// averaging them before evaluation gives every rank the same model.
-void average_buffers(Trainer::State& s) {
+// Batch-norm running statistics: each dp replica updates them from its own micro-batches, so
+// at the end of every step they are replaced by their mean over the replicas (one all-reduce of
+// the stage's float buffers, flattened). Every replica then holds the same statistics at every
+// step boundary, whatever happens there: a save or an evaluation reads them and changes
+// nothing, so a run that saved follows the same path, bit for bit, as one that did not, and
+// the saved model is the model every rank evaluates. (DDP instead broadcasts rank 0's buffers
+// before each forward, dropping the other replicas' statistics.)
+void average_buffers_over_replicas(Trainer::State& s) {
+  if (s.dp_comm->size() == 1) return;
   torch::NoGradGuard no_grad;
-  for (auto& b : s.model->buffers()) {
-    if (!b.is_floating_point()) continue;
-    s.dp_comm->all_reduce_sum(b);
-    b.div_(s.dp_comm->size());
+  std::vector<at::Tensor> buffers;
+  for (auto& b : s.model->buffers())
+    if (b.is_floating_point()) buffers.push_back(b);
+  if (buffers.empty()) return;  // the same on every replica: they hold the same stage
+  std::vector<at::Tensor> flat_views;
+  for (auto& b : buffers) flat_views.push_back(b.reshape({-1}).to(at::kFloat));
+  at::Tensor flat = at::cat(flat_views);
+  s.dp_comm->all_reduce_sum(flat);
+  flat.div_(s.dp_comm->size());
+  int64_t offset = 0;
+  for (auto& b : buffers) {
+    b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
+    offset += b.numel();
   }
 }
 
@@ -210,14 +233,18 @@ struct Evaluation {
   double loss = 0, accuracy = 0;
 };
 
-Evaluation evaluate(Trainer::State& s) {
-  average_buffers(s);
+// The test split is evaluated in chunks of this many samples. On a GPU a forward holds a chunk's
+// activations in device memory (1000 GPT-2 samples of logits are ~200 GB in fp32), so a chunk
+// is the micro-batch that training already fits; on the CPU, 1000 (fewer pipeline exchanges).
+int64_t evaluation_chunk(const Trainer::State& s) { return s.torch_device.is_cuda() ? s.micro_batch : 1000; }
+
+Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
   torch::NoGradGuard no_grad;
   s.model->eval();
   // Each replica evaluates its share of the test split, in chunks every stage agrees on.
   const auto share = data::even_share(s.test_split->size(), s.topology->dp_rank(), s.topology->dp());
   double loss_sum = 0, correct = 0;
-  const int64_t chunk = 1000;
+  const int64_t chunk = chunk_samples > 0 ? chunk_samples : evaluation_chunk(s);
   auto& pipe = *s.pipeline;
   for (int64_t begin = share.begin; begin < share.end; begin += chunk) {
     const int64_t end = std::min(share.end, begin + chunk);
@@ -249,6 +276,13 @@ void stall_if_asked(int rank, int64_t step) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// Fault injection for the fp16 tests: TRIDENT_TEST_GRADIENT_OVERFLOW=STEP puts an Inf into this
+// rank's gradients of that (1-based) step, as an overflowing fp16 backward would.
+void overflow_if_asked(at::Tensor& grads, int64_t step) {
+  const char* spec = std::getenv("TRIDENT_TEST_GRADIENT_OVERFLOW");  // read each time: tests set it per run
+  if (spec && std::atoll(spec) == step && grads.numel() > 0) grads.narrow(0, 0, 1).fill_(INFINITY);
+}
+
 // One number reduced over `comm` (a communication operation the watchdog sees).
 double reduce_over(MPI_Comm comm, double value, MPI_Op op) {
   double out = value;
@@ -272,7 +306,20 @@ std::string eta_text(double seconds) {
 
 double max_over_ranks(MPI_Comm comm, double value) { return reduce_over(comm, value, MPI_MAX); }
 
+// run.peak_tflops = 0 on a GPU in bf16/fp16: the dense 16-bit tensor-core peak of the GPUs this
+// is known for (H100/H200 SXM 989, A100 312 TFLOP/s); 0 (no MFU) otherwise.
+double default_peak_tflops(const Trainer::State& s) {
+  if (!s.torch_device.is_cuda() || s.deck.optim.precision == "fp32") return 0;
+  const std::string name = comm::cuda_device_name(s.cuda_index);
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989;
+  if (name.find("A100") != std::string::npos) return 312;
+  return 0;
+}
+
 // ---- checkpoints
+
+// This rank's CUDA generator (its device's default one).
+at::Generator cuda_generator(const Trainer::State& s) { return at::globalContext().defaultGenerator(s.torch_device); }
 
 std::string checkpoint_dir(const Trainer::State& s) { return s.deck.run.output_dir + "/checkpoints"; }
 
@@ -284,21 +331,24 @@ data::Range owned_range(const Trainer::State& s) {
 
 void save_checkpoint(Trainer::State& s, int64_t step) {
   Stopwatch watch;
-  average_buffers(s);
   const auto range = owned_range(s);
   const int64_t n = range.end - range.begin;
   checkpoint::Shard shard;
   shard.stage = s.topology->stage();
   shard.begin = range.begin;
   shard.end = range.end;
-  shard.params = s.grad_sync->params_partitioned() ? s.grad_sync->optimizer_params()
-                                                  : s.grad_sync->full_params().narrow(0, range.begin, n);
+  // A GPU rank's shard is copied to host memory first: the writer checksums and writes bytes
+  // through host pointers (on the CPU .cpu() is the tensor itself).
+  shard.params = (s.grad_sync->params_partitioned() ? s.grad_sync->optimizer_params()
+                                                   : s.grad_sync->full_params().narrow(0, range.begin, n))
+                     .cpu();
   for (auto& [name, state] : s.optimizer->state())
-    shard.states.emplace_back(name, s.grad_sync->sharded() ? state : state.narrow(0, range.begin, n));
+    shard.states.emplace_back(name, (s.grad_sync->sharded() ? state : state.narrow(0, range.begin, n)).cpu());
   if (s.topology->dp_rank() == 0)
     for (const auto& b : s.model->named_buffers())
-      if (b.value().is_floating_point()) shard.buffers.emplace_back(b.key(), b.value());
+      if (b.value().is_floating_point()) shard.buffers.emplace_back(b.key(), b.value().cpu());
   shard.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  if (s.torch_device.is_cuda()) shard.cuda_rng_state = cuda_generator(s).get_state();
   std::vector<std::string> state_names;
   for (auto& st : s.optimizer->state()) state_names.push_back(st.first);
   checkpoint::Meta meta;
@@ -370,12 +420,21 @@ void load_checkpoint(Trainer::State& s, const std::string& path) {
     // file; under another world size the streams cannot map one to one and stay as seeded.
     // (Training itself draws no random numbers after initialisation: the data order comes
     // from run.seed and the step, so resuming is exact either way.)
-    if (meta.world == s.world.size)
+    if (meta.world == s.world.size) {
       if (const at::Tensor rng = reader.read_rng_state(s.world.rank); rng.defined()) {
         at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the default one
         std::lock_guard<std::mutex> lock(generator.mutex());
         generator.set_state(rng);
       }
+      // The CUDA generator likewise, when this run and the writer both trained on GPUs (a file
+      // written on CPUs has none; a GPU file read on CPUs has one nobody needs).
+      if (s.torch_device.is_cuda())
+        if (const at::Tensor rng = reader.read_rng_state(s.world.rank, "cuda"); rng.defined()) {
+          at::Generator generator = cuda_generator(s);
+          std::lock_guard<std::mutex> lock(generator.mutex());
+          generator.set_state(rng);
+        }
+    }
     s.start_step = meta.step;
     s.bytes_read += 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(s.optimizer->state().size())));
   } catch (const BadInput& e) {
@@ -392,16 +451,34 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   auto& s = *s_;
   s.deck = deck;
   s.world = comm::World::from(comm);
+  // The folder is this run's before anything in it is read or written; a second run into it
+  // stops here (bad input, naming the owner).
+  s.run_folder = RunFolder::claim(deck.run.output_dir, comm);
+  try {
+    construct(resume);
+  } catch (const BadInput&) {
+    s.run_folder->abandon();  // bad input writes nothing: not even the folder
+    throw;
+  }
+}
+
+// Everything a run needs before its first step, in the order the verdicts depend on each other.
+void Trainer::construct(const std::string& resume) {
+  auto& s = *s_;
+  const auto& deck = s.deck;
   s.threads = threads_per_rank(deck, s.world);
   torch::set_num_threads(s.threads);
   choose_device(s);
 
   const auto dp = static_cast<int>(config::resolved_dp(deck, s.world.size));
-  s.topology = std::make_unique<parallel::Topology>(comm, dp, static_cast<int>(deck.parallel.pp));
-  // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones (this version's loop is on the CPU).
+  s.topology = std::make_unique<parallel::Topology>(s.world.comm, dp, static_cast<int>(deck.parallel.pp));
+  // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones. (mpi on CUDA tensors stages
+  // them through host memory: several ranks sharing one GPU, which NCCL refuses.)
   const std::string backend = deck.parallel.backend == "auto" ? (s.device == "cpu" ? "mpi" : "nccl") : deck.parallel.backend;
   s.dp_comm = comm::make_communicator(backend, s.topology->dp_comm(), deck.run.fail_timeout_s);
   s.pp_comm = comm::make_communicator(backend, s.topology->pp_comm(), deck.run.fail_timeout_s);
+  if (backend == "nccl" && s.topology->pp() > 1)
+    s.pp_gradient_comm = comm::make_communicator(backend, s.topology->pp_comm(), deck.run.fail_timeout_s);
 
   // Which checkpoint to resume from is settled first: a bad --resume PATH is bad input. The
   // ranks verify it together, and that time counts as reading it (report.json read_gb_per_s).
@@ -416,7 +493,8 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   const double verify_seconds = verifying.seconds();
   if (s.world.rank == 0 && resume != "never") log::info("{}", note);
 
-  s.accumulation = deck.optim.global_batch / (deck.optim.micro_batch * dp);
+  s.micro_batch = config::resolved_micro_batch(deck, s.world.size);
+  s.accumulation = deck.optim.global_batch / (s.micro_batch * dp);
 
   open_dataset(s);
   s.sampler = std::make_unique<data::GlobalSampler>(s.train_split->size(), deck.optim.global_batch,
@@ -427,14 +505,12 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
 
   build_stage(s);
   broadcast_model(s);
-  s.flat = std::make_unique<optim::FlatParams>(*s.model);
+  s.flat = std::make_unique<optim::FlatParams>(*s.model, s.torch_device);
   s.grad_sync = parallel::make_grad_sync(deck, *s.flat, s.model, *s.dp_comm);
   s.optimizer = optim::make_optimizer(deck);
   s.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, s.total_steps};
-  s.pipeline->set_compute_type(optim::compute_type(deck.optim.precision), /*cuda=*/false);
+  s.pipeline->set_compute(optim::compute_type(deck.optim.precision), s.torch_device);
   if (deck.optim.precision == "fp16") s.scaler = std::make_unique<optim::LossScaler>();
-
-  prepare_output_dir(s);
 
   if (!path.empty()) {
     load_checkpoint(s, path);
@@ -452,6 +528,11 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
 // the non-collective destructor ends the thread, as before.
 Trainer::~Trainer() {
   if (s_->watchdog && std::uncaught_exceptions() == 0) s_->watchdog->stop();
+}
+
+std::pair<double, double> Trainer::evaluate(int64_t chunk) {
+  const Evaluation e = evaluate_test_split(*s_, chunk);
+  return {e.loss, e.accuracy};
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Trainer::full_parameters() {
@@ -491,7 +572,7 @@ Result Trainer::run() {
   log::info("layout: world {} on {} node(s) [{}] | dp {} x pp {} | zero {} | backend {} | device {} | "
             "gradients {} | {} thread(s)/rank | global batch {} = micro {} x dp {} x accumulation {}",
             s.world.size, s.world.node_count, nodes, topo.dp(), topo.pp(), deck.parallel.zero, s.dp_comm->backend(),
-            s.device, s.grad_sync->name(), s.threads, deck.optim.global_batch, deck.optim.micro_batch, topo.dp(), s.accumulation);
+            s.device, s.grad_sync->name(), s.threads, deck.optim.global_batch, s.micro_batch, topo.dp(), s.accumulation);
   log::info("model {}: stage {} runs layers [{}, {}) with {} parameters | data {}: {} train / {} test samples, "
             "{} steps/epoch, {} steps",
             deck.model.kind, topo.stage(), s.stage_layers.first, s.stage_layers.second, s.flat->numel(), deck.data.path, s.train_split->size(), s.test_split->size(),
@@ -502,7 +583,7 @@ Result Trainer::run() {
     // A requeued job whose run had already finished: the checkpoint holds the trained model and
     // report.json / metrics.jsonl describe that run. Rewriting them from zero steps would put
     // zero throughput and no losses where the real figures are; evaluate and leave them be.
-    const Evaluation done = evaluate(s);
+    const Evaluation done = evaluate_test_split(s);
     log::info("nothing to train: {} is at step {} of {}; report.json and metrics.jsonl left as they are | test "
               "loss {:.4f} | test accuracy {:.2f}%",
               s.resumed_from, s.start_step, s.total_steps, done.loss, 100.0 * done.accuracy);
@@ -539,27 +620,35 @@ Result Trainer::run() {
     // Only the first stage reads inputs and only the last reads labels; middle stages read nothing.
     std::unique_ptr<data::Prefetcher> loader;
     if (pipe.first() || pipe.last())
-      loader = data::make_train_loader(s.train_split, *s.sampler, first, end, deck.optim.micro_batch, topo.dp_rank(),
-                                       topo.dp(), static_cast<int>(deck.data.prefetch), pipe.first(), pipe.last());
+      loader = data::make_train_loader(s.train_split, *s.sampler, first, end, s.micro_batch, topo.dp_rank(),
+                                       topo.dp(), static_cast<int>(deck.data.prefetch), pipe.first(), pipe.last(),
+                                       /*pin_memory=*/s.torch_device.is_cuda());
     Stopwatch epoch_watch;
     epoch_loss_sum = 0;
     epoch_steps = 0;
     for (int64_t step = first; step < end; ++step) {
       const double scale = s.scaler ? s.scaler->scale() : 1.0;
-      double step_loss = pipe.run_step(static_cast<int>(s.accumulation), deck.optim.micro_batch,
-                                       [&] { return loader->next(); }, *s.grad_sync, loss_scale * scale,
-                                       s.times.forward, s.times.backward);
+      const at::Tensor loss_on_device = pipe.run_step(static_cast<int>(s.accumulation), s.micro_batch,
+                                                      [&] { return loader->next(); }, *s.grad_sync,
+                                                      loss_scale * scale, s.times.forward, s.times.backward);
       s.grad_sync->finish();
-      double grad_norm = 0;
+      double grad_norm = 0, step_loss = 0;
       const double lr = s.schedule.at(step);
       {
         ScopedTimer t(s.times.optimizer);
         torch::NoGradGuard no_grad;
         at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
-        // The global norm: summed over the ZeRO partitions of the dp group and over the stages.
-        double squares = grads.pow(2).sum().item<double>();
-        if (s.grad_sync->sharded()) squares = sum_over(topo.dp_comm(), squares);
-        if (topo.pp() > 1) squares = sum_over(topo.pp_comm(), squares);
+        overflow_if_asked(grads, step + 1);
+        // The global norm: summed over the ZeRO partitions of the dp group and over the stages,
+        // on the device, in fp64.
+        at::Tensor squared_norm = grads.pow(2).sum().to(at::kDouble);
+        if (s.grad_sync->sharded()) s.dp_comm->all_reduce_sum(squared_norm);
+        if (topo.pp() > 1) s.pp_comm->all_reduce_sum(squared_norm);
+        // The step's one wait for the device: the norm (the skip, stop and clip decisions) and the
+        // loss come to the host together, in one copy.
+        const at::Tensor on_host = at::stack({squared_norm, loss_on_device}).cpu();
+        double squares = on_host[0].item<double>();
+        step_loss = on_host[1].item<double>();
         // fp16: an overflow in the scaled gradients skips the step and lowers the scale; every
         // rank sees the same global sum, so all skip together.
         if (s.scaler && !s.scaler->update(std::isfinite(squares))) {
@@ -582,6 +671,7 @@ Result Trainer::run() {
           s.optimizer->step(params, grads, lr);
         }
         s.grad_sync->after_step();
+        average_buffers_over_replicas(s);
       }
       step_loss /= static_cast<double>(s.accumulation);
       epoch_loss_sum += step_loss;
@@ -636,7 +726,7 @@ Result Trainer::run() {
     train_seconds += epoch_watch.seconds();
     {
       ScopedTimer t(s.times.evaluation);
-      last_eval = evaluate(s);
+      last_eval = evaluate_test_split(s);
     }
     log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.epochs,
               replica_mean(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps)), last_eval.loss,
@@ -659,7 +749,7 @@ Result Trainer::run() {
   report::Summary summary;
   summary.deck = deck;
   summary.layout = {s.world.size, s.world.node_count, topo.dp(), topo.pp(), static_cast<int>(deck.parallel.zero),
-                    s.dp_comm->backend(), s.device, deck.parallel.schedule, s.accumulation, s.threads};
+                    s.dp_comm->backend(), s.device, deck.parallel.schedule, s.micro_batch, s.accumulation, s.threads};
   summary.steps = s.total_steps;
   summary.epochs = s.epochs;
   summary.parameters = static_cast<int64_t>(sum_over(s.world.comm, static_cast<double>(s.flat->numel())) / topo.dp());
@@ -677,6 +767,7 @@ Result Trainer::run() {
                      model::gpt_flops_per_token(matmul_params, deck.model.layers, deck.model.seq_len, deck.model.d_model) /
                      1e12 / s.world.size;
     if (deck.run.peak_tflops > 0) summary.peak_tflops = deck.run.peak_tflops;
+    else if (const double peak = default_peak_tflops(s); peak > 0) summary.peak_tflops = peak;
     if (summary.peak_tflops) summary.mfu = *summary.tflops / *summary.peak_tflops;
   }
   if (s.scaler) {
@@ -722,6 +813,13 @@ Result Trainer::run() {
   summary.expected_bubble_fraction =
       topo.pp() > 1 ? parallel::expected_bubble_fraction(topo.pp(), static_cast<int>(s.accumulation)) : 0.0;
   summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(report::peak_rss_bytes())));
+  const int64_t peak_device =
+      max_bytes(s.torch_device.is_cuda() ? comm::cuda_peak_allocated_bytes(s.cuda_index) : 0);  // collective
+  if (s.torch_device.is_cuda()) {
+    summary.device_name = comm::cuda_device_name(s.cuda_index);
+    summary.device_total_bytes = comm::cuda_total_memory_bytes(s.cuda_index);
+    summary.peak_device_bytes = peak_device;
+  }
   s.watchdog->stop();
   summary.watchdog_timeout_s = s.watchdog->enabled() ? deck.run.fail_timeout_s : 0.0;
   summary.watchdog_cpu_s = max_over_ranks(s.world.comm, s.watchdog->thread_cpu_seconds());

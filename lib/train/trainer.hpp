@@ -28,10 +28,14 @@ class Trainer {
  public:
   // Collective over `comm`. The deck must be valid for comm's size (config::validate).
   // Dataset problems throw BadInput on every rank alike.
-  // `resume`: auto | never | PATH (checkpoint/checkpoint.hpp, resolve_resume).
+  // `resume`: auto | never | PATH (checkpoint/checkpoint.hpp, resolve_resume). Claims
+  // run.output_dir first (train/run_folder.hpp): another live run there is bad input.
   Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& resume = "never");
   ~Trainer();
   Result run();
+  // The test split's (loss, accuracy) for the model as it is now, evaluated in chunks of `chunk`
+  // samples (0: the micro-batch, as run() does). Collective.
+  std::pair<double, double> evaluate(int64_t chunk = 0);
   // This rank's stage's parameters, whole, by name, in model order (collective: ZeRO-3 gathers).
   std::vector<std::pair<std::string, at::Tensor>> full_parameters();
   // This rank's stage's optimizer state, whole, by "state_name/param_name" (e.g.
@@ -42,6 +46,7 @@ class Trainer {
   struct State;  // the run's objects, defined in trainer.cpp
 
  private:
+  void construct(const std::string& resume);
   std::unique_ptr<State> s_;
 };
 

@@ -153,3 +153,104 @@ TEST(Communicator, UnevenReduceScatterAndAllGather) {
   EXPECT_TRUE(torch::equal(gathered, full));
   EXPECT_EQ(busy[0][0].item<float>(), 64.0f);
 }
+
+// What a GPU rank's tensors take through the MPI backend (several ranks sharing one GPU): a
+// host copy in, the MPI call, the result copied back. Forced on CPU tensors here, every call's
+// result must equal the direct one's, bit for bit, with uneven pieces and the in-place gather.
+TEST(Communicator, HostStagingGivesTheDirectResults) {
+  Ranks w;
+  comm::MpiCommunicator staged(MPI_COMM_WORLD, /*stage_through_host=*/true);
+  torch::manual_seed(100 + w.r);
+  auto same = [](const torch::Tensor& a, const torch::Tensor& b, const char* what) {
+    EXPECT_TRUE(torch::equal(a, b)) << what << " differs when staged";
+  };
+  {
+    auto direct = torch::randn({1001});
+    auto through = direct.clone();
+    w.comm.all_reduce_sum(direct);
+    staged.all_reduce_sum(through);
+    same(direct, through, "all_reduce_sum");
+    auto direct_async = torch::randn({333}, torch::kDouble), through_async = direct_async.clone();
+    w.comm.all_reduce_sum_async(direct_async)->wait();
+    auto work = staged.all_reduce_sum_async(through_async);
+    work->wait();
+    same(direct_async, through_async, "all_reduce_sum_async");
+  }
+  {
+    auto input = torch::randn({5 * w.n});
+    auto direct = torch::empty({5}), through = torch::full({5}, -7.0f);
+    w.comm.reduce_scatter_sum(input, direct);
+    staged.reduce_scatter_sum(input, through);
+    same(direct, through, "reduce_scatter_sum");
+    auto gathered_direct = torch::empty({5 * w.n}), gathered_through = torch::empty({5 * w.n});
+    w.comm.all_gather(direct, gathered_direct);
+    staged.all_gather(through, gathered_through);
+    same(gathered_direct, gathered_through, "all_gather");
+  }
+  {
+    std::vector<int64_t> counts;
+    int64_t total = 0;
+    for (int k = 0; k < w.n; ++k) total += counts.emplace_back(k == 1 ? 0 : 2 * k + 3);
+    int64_t offset = 0;
+    for (int k = 0; k < w.r; ++k) offset += counts[static_cast<size_t>(k)];
+    const int64_t own = counts[static_cast<size_t>(w.r)];
+    auto input = torch::randn({total});
+    auto direct = torch::empty({own}), through = torch::empty({own});
+    w.comm.reduce_scatter_sum_v(input, direct, counts);
+    staged.reduce_scatter_sum_v(input, through, counts);
+    same(direct, through, "reduce_scatter_sum_v");
+    auto full_direct = torch::full({total}, -1.0f), full_through = torch::full({total}, -1.0f);
+    full_direct.narrow(0, offset, own).copy_(direct);
+    full_through.narrow(0, offset, own).copy_(through);
+    w.comm.all_gather_v(full_direct.narrow(0, offset, own), full_direct, counts);  // in place
+    staged.all_gather_v(full_through.narrow(0, offset, own), full_through, counts);
+    same(full_direct, full_through, "all_gather_v in place");
+    auto async_through = torch::full({total}, -2.0f);
+    auto work = staged.all_gather_v_async(through, async_through, counts);
+    work->wait();
+    same(full_direct, async_through, "all_gather_v_async");
+  }
+  {
+    auto direct = w.r == 0 ? torch::randn({17}) : torch::zeros({17});
+    auto through = w.r == 0 ? direct.clone() : torch::ones({17});
+    w.comm.broadcast(direct, 0);
+    staged.broadcast(through, 0);
+    same(direct, through, "broadcast");
+  }
+  if (w.n >= 2) {  // a ring, as the pipeline uses send_async + recv
+    const auto payload = torch::full({9}, static_cast<float>(w.r));
+    auto received = torch::empty({9});
+    auto work = staged.send_async(payload, (w.r + 1) % w.n, 3);
+    staged.recv(received, (w.r + w.n - 1) % w.n, 3);
+    work->wait();
+    same(received, torch::full({9}, static_cast<float>((w.r + w.n - 1) % w.n)), "send_async/recv");
+  }
+}
+
+// bf16 and fp16 tensors through the MPI backend: moved as 16-bit words, summed by trident's own
+// MPI operators (in fp32, rounded back). Small integers keep every partial sum exact in both
+// formats, so the result must equal the fp32 sum of the same values, in any reduction order.
+TEST(Communicator, Bf16AndFp16SumAndMove) {
+  for (const auto type : {torch::kBFloat16, torch::kHalf}) {
+    Ranks w;
+    comm::MpiCommunicator staged(MPI_COMM_WORLD, true);
+    const auto values = (torch::arange(64) % 5 + w.r).to(torch::kFloat);
+    auto expected = values.clone();
+    w.comm.all_reduce_sum(expected);
+    for (auto* c : {&w.comm, &staged}) {
+      auto t = values.to(type);
+      c->all_reduce_sum(t);
+      EXPECT_EQ(t.scalar_type(), type);
+      EXPECT_TRUE(torch::equal(t.to(torch::kFloat), expected)) << c10::toString(type) << " all_reduce_sum";
+      auto piece = torch::empty({64 / w.n}, type);
+      if (64 % w.n == 0) {
+        c->reduce_scatter_sum(values.to(type), piece);
+        EXPECT_TRUE(torch::equal(piece.to(torch::kFloat), expected.narrow(0, w.r * (64 / w.n), 64 / w.n)))
+            << c10::toString(type) << " reduce_scatter_sum";
+      }
+      auto b = w.r == 0 ? torch::tensor({1.5f, -2.25f, 1e-3f}).to(type) : torch::zeros({3}, type);
+      c->broadcast(b, 0);
+      EXPECT_TRUE(torch::equal(b, torch::tensor({1.5f, -2.25f, 1e-3f}).to(type))) << c10::toString(type) << " broadcast";
+    }
+  }
+}

@@ -47,9 +47,9 @@ TEST(DpEquivalence, SmallBucketsGiveTheSameResult) {
 
 TEST(Accumulation, MlpMicroBatchQuarterEqualsWholeBatch) {
   auto deck = tiny_deck("mlp", "mlp_accumulation");
-  deck.optim.micro_batch = 32;
+  deck.optim.micro_batch = "32";
   const auto whole = train_on(deck, MPI_COMM_SELF, "micro32");
-  deck.optim.micro_batch = 8;
+  deck.optim.micro_batch = "8";
   const auto accumulated = train_on(deck, MPI_COMM_SELF, "micro8");
   EXPECT_LE(max_relative_difference(accumulated, whole), 1e-5);
 }
@@ -62,4 +62,23 @@ TEST(Determinism, SameSeedSameLossSequence) {
   deck.run.seed = 99;
   const auto other = train_on(deck, MPI_COMM_WORLD, "seed99");
   EXPECT_NE(first.result.logged_losses, other.result.logged_losses);
+}
+
+// Evaluation runs the test split in chunks (the micro-batch by default, so a GPU holds one
+// chunk's activations at a time): the chunk size changes the summation order only. Also, every
+// replica holds the same batch-norm statistics (averaged every step), so evaluating again gives
+// the same figures.
+TEST(DpEquivalence, EvaluationDoesNotDependOnTheChunkSize) {
+  auto deck = test_support::tiny_deck("cnn", "eval_chunks");
+  deck.run.output_dir = test_support::shared_scratch_dir() + "/eval_chunks";
+  train::Trainer trainer(deck, MPI_COMM_WORLD);
+  trainer.run();
+  const auto by_micro_batch = trainer.evaluate();
+  for (int64_t chunk : {1, 7, 1000}) {
+    const auto other = trainer.evaluate(chunk);
+    EXPECT_NEAR(other.first, by_micro_batch.first, 1e-6 * by_micro_batch.first) << "chunk " << chunk;
+    // A near-tie between two logits may flip one prediction of the 128 samples, not more.
+    EXPECT_NEAR(other.second, by_micro_batch.second, 1.0 / 128 + 1e-9) << "chunk " << chunk;
+  }
+  EXPECT_GT(by_micro_batch.second, 0.3);  // a trained model: 4 classes, chance is 0.25
 }

@@ -22,7 +22,7 @@ config::Deck tiny_gpt_deck(const std::string& name) {
   d.model.d_model = 32;
   d.model.seq_len = 32;
   d.optim.global_batch = 16;
-  d.optim.micro_batch = 4;
+  d.optim.micro_batch = "4";
   d.optim.lr = 3e-3;
   // AdamW's update is about lr x sign(g) for |g| << eps: with the default eps = 1e-8 rounding
   // differences in the order of summation on gradients near zero become lr-sized parameter

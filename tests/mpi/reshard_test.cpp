@@ -40,7 +40,7 @@ constexpr int64_t kSteps = 6;
 config::Deck reshard_deck() {
   auto deck = tiny_deck("mlp", "reshard");
   deck.model.hidden = "31,17";
-  deck.optim.micro_batch = 4;
+  deck.optim.micro_batch = "4";
   return deck;
 }
 

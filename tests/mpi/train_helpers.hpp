@@ -36,7 +36,7 @@ inline config::Deck tiny_deck(const std::string& kind, const std::string& name) 
   d.model.kind = kind;
   d.model.hidden = "32,16";
   d.optim.global_batch = 32;
-  d.optim.micro_batch = 8;
+  d.optim.micro_batch = "8";
   d.optim.lr = 1e-2;
   return d;
 }

@@ -41,7 +41,8 @@ TEST(Deck, KeysArePinnedAndEachHasHelp) {
       "parallel.dp", "parallel.pp",
       "parallel.boundaries", "parallel.zero", "parallel.schedule", "parallel.backend", "parallel.bucket_mb", "optim.name", "optim.lr",
       "optim.lr_schedule", "optim.warmup_steps", "optim.min_lr", "optim.weight_decay", "optim.momentum",
-      "optim.beta1", "optim.beta2", "optim.eps", "optim.global_batch", "optim.micro_batch", "optim.clip_grad_norm",
+      "optim.beta1", "optim.beta2", "optim.eps", "optim.global_batch", "optim.micro_batch", "optim.max_micro_batch",
+      "optim.clip_grad_norm",
       "optim.precision", "checkpoint.every_steps", "checkpoint.every_minutes", "checkpoint.keep_last"};
   std::vector<std::string> actual;
   for (const auto& f : config::deck_fields()) {
@@ -125,6 +126,58 @@ TEST(Deck, GlobalBatchMustSplitIntoMicroBatchesPerRank) {
       << msg;
   EXPECT_EQ(validation_message("[optim]\nglobal_batch = 100\nmicro_batch = 25\n", 4).find("divisible"),
             std::string::npos);
+}
+
+// micro_batch = auto: the largest divisor of global_batch / dp up to max_micro_batch, so the
+// shipped decks (global 128) run at 1, 2, 4 and 8 ranks with the global batch fixed.
+TEST(Deck, AutoMicroBatchIsTheLargestDivisorOfTheRanksShareUpToTheCap) {
+  const auto deck = parse_deck_text("[optim]\nglobal_batch = 128\n", "t.ini", {});
+  EXPECT_EQ(deck.optim.micro_batch, "auto");
+  const std::vector<std::pair<int, int64_t>> expected{{1, 64}, {2, 64}, {4, 32}, {8, 16}, {16, 8}, {128, 1}};
+  for (const auto& [world, micro] : expected) {
+    EXPECT_TRUE(config::validate(deck, {world, false}).empty()) << "world " << world;
+    EXPECT_EQ(config::resolved_micro_batch(deck, world), micro) << "world " << world;
+  }
+  // Not a power of two: 96 / dp 4 = 24 -> 24; 96 / dp 1 = 96 -> 48 (96 = 2 x 48, 48 <= 64).
+  const auto odd = parse_deck_text("[optim]\nglobal_batch = 96\n", "t.ini", {});
+  EXPECT_EQ(config::resolved_micro_batch(odd, 4), 24);
+  EXPECT_EQ(config::resolved_micro_batch(odd, 1), 48);
+  const auto capped = parse_deck_text("[optim]\nglobal_batch = 96\nmax_micro_batch = 10\n", "t.ini", {});
+  EXPECT_EQ(config::resolved_micro_batch(capped, 1), 8);  // 96 = 12 x 8; 9 and 10 do not divide 96
+  const auto prime = parse_deck_text("[optim]\nglobal_batch = 67\n", "t.ini", {});
+  EXPECT_EQ(config::resolved_micro_batch(prime, 1), 1);  // 67 is prime and > 64
+  // A fixed micro-batch is kept as written.
+  EXPECT_EQ(config::resolved_micro_batch(parse_deck_text("[optim]\nmicro_batch = 8\n", "t.ini", {}), 4), 8);
+}
+
+TEST(Deck, AutoMicroBatchStillNeedsTheGlobalBatchToSplitOverTheReplicas) {
+  const auto msg = validation_message("[optim]\nglobal_batch = 100\n", 8);
+  EXPECT_NE(msg.find("test.ini:2: optim.global_batch: 100 is not divisible by dp(8)"), std::string::npos) << msg;
+  EXPECT_NE(validation_message("[optim]\nmicro_batch = many\n").find("optim.micro_batch: 'many' must be auto or a "
+                                                                     "positive integer"),
+            std::string::npos);
+  EXPECT_NE(validation_message("[optim]\nmax_micro_batch = 0\n").find("optim.max_micro_batch: 0 is out of range"),
+            std::string::npos);
+}
+
+// Windows editors save a byte-order mark and CRLF line endings; both read like a plain deck.
+TEST(Deck, ByteOrderMarkAndCrlfAreAccepted) {
+  const std::string text = "[run]\r\nname = bom\r\nseed = 7\r\n[optim]\r\nlr = 0.5\r\n";
+  for (const std::string& prefix : {std::string(), std::string("\xEF\xBB\xBF")}) {
+    const auto deck = parse_deck_text(prefix + text, "win.ini", {});
+    EXPECT_EQ(deck.run.name, "bom");
+    EXPECT_EQ(deck.run.seed, 7);
+    EXPECT_EQ(deck.optim.lr, 0.5);
+    EXPECT_TRUE(config::validate(deck, {1, false}).empty());
+  }
+  // The mark is skipped only at the start: a line's position in messages is unchanged.
+  const auto msg = validation_message("\xEF\xBB\xBF[optim]\r\nlr = -1\r\n");
+  EXPECT_NE(msg.find("test.ini:2: optim.lr"), std::string::npos) << msg;
+}
+
+TEST(Deck, AFolderGivenAsTheDeckIsNamedAsSuch) {
+  const std::string msg = bad_input_message([] { config::load_deck("/tmp", {}); });
+  EXPECT_NE(msg.find("bad deck /tmp: it is a folder, not a deck file"), std::string::npos) << msg;
 }
 
 TEST(Deck, EveryBrokenRuleIsListed) {

@@ -11,8 +11,9 @@ using namespace trident;
 
 namespace {
 
-void expect_matches_torch(config::Deck deck, torch::optim::Optimizer& reference, torch::Tensor reference_param) {
-  auto ours = optim::make_optimizer(deck);
+void expect_matches_torch(config::Deck deck, torch::optim::Optimizer& reference, torch::Tensor reference_param,
+                          bool fused = false) {
+  auto ours = optim::make_optimizer(deck, fused);
   torch::Tensor params = reference_param.detach().clone();
   torch::manual_seed(3);
   for (int step = 0; step < 5; ++step) {
@@ -33,6 +34,18 @@ TEST(Optim, AdamWMatchesTorch) {
   auto p = torch::randn({257}).requires_grad_(true);
   torch::optim::AdamW reference({p}, torch::optim::AdamWOptions(1e-2).weight_decay(0.1).betas({0.9, 0.999}).eps(1e-8));
   expect_matches_torch(deck, reference, p);
+}
+
+// The fused kernel (what a GPU rank runs, on LibTorch >= 2) against torch::optim::AdamW too,
+// here on the CPU where LibTorch >= 2.4 has it.
+TEST(Optim, FusedAdamWMatchesTorch) {
+  if (!optim::fused_adamw_built()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused AdamW on the CPU";
+  config::Deck deck;
+  deck.optim.lr = 1e-2;
+  deck.optim.weight_decay = 0.1;
+  auto p = torch::randn({257}).requires_grad_(true);
+  torch::optim::AdamW reference({p}, torch::optim::AdamWOptions(1e-2).weight_decay(0.1).betas({0.9, 0.999}).eps(1e-8));
+  expect_matches_torch(deck, reference, p, /*fused=*/true);
 }
 
 TEST(Optim, SgdMomentumMatchesTorch) {

@@ -1,0 +1,44 @@
+// comm/cuda_runtime.hpp in a CUDA build, over the CUDA runtime and LibTorch's caching allocator.
+#include "comm/cuda_runtime.hpp"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include "comm/cuda_check.hpp"
+
+namespace trident::comm {
+
+bool cuda_built() { return true; }
+
+int cuda_visible_devices() {
+  // No driver, or a node without GPUs: zero devices, not an error (auto then trains on the CPU).
+  return static_cast<int>(c10::cuda::device_count());
+}
+
+void cuda_set_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+
+std::string cuda_device_name(int index) {
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
+  return properties.name;
+}
+
+int64_t cuda_total_memory_bytes(int index) {
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
+  return static_cast<int64_t>(properties.totalGlobalMem);
+}
+
+int64_t cuda_peak_allocated_bytes(int index) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  return stats.allocated_bytes[0].peak;  // [0]: StatType::AGGREGATE (all pools), in every LibTorch version
+}
+
+void cuda_synchronize(int index) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace trident::comm

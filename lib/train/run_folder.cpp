@@ -1,0 +1,169 @@
+#include "train/run_folder.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "comm/world.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace trident::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kLockName = ".trident-lock";
+
+std::string read_file(int fd) {
+  char buffer[512] = {0};
+  const ssize_t n = pread(fd, buffer, sizeof(buffer) - 1, 0);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
+}
+
+std::string read_owner(int fd) {
+  std::string text = read_file(fd);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text.empty() ? "an owner that has not written its name yet (it is starting)" : text;
+}
+
+// `dir` absolute, without . and .. and without a trailing separator.
+fs::path normalized(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec).lexically_normal();
+  return p.has_filename() ? p : p.parent_path();
+}
+
+// The outermost folder of `dir` that does not exist yet ("" when `dir` exists).
+std::string outermost_missing(const std::string& dir) {
+  std::error_code ec;
+  fs::path missing;
+  for (fs::path p = normalized(dir); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing = p;
+    if (p == p.parent_path()) break;
+  }
+  return missing.string();
+}
+
+}  // namespace
+
+std::string owner_description() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const std::time_t now = std::time(nullptr);
+  char when[32] = {0};
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return fmt::format("job {}, host {}, pid {}, started {}", job ? job : "(none: not under SLURM)", host,
+                     static_cast<long>(getpid()), when);
+}
+
+std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm comm) {
+  std::unique_ptr<RunFolder> folder(new RunFolder());
+  folder->dir_ = dir;
+  folder->lock_path_ = (fs::path(dir) / kLockName).string();
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string error;
+  if (rank == 0) {
+    std::error_code ec;
+    folder->first_created_ = outermost_missing(dir);
+    fs::create_directories(dir, ec);
+    if (ec) {
+      error = fmt::format("run.output_dir {}: cannot create it ({})", dir, ec.message());
+      folder->first_created_.clear();
+    } else {
+      error = folder->lock();
+    }
+    // Refused: what this attempt created goes again (the owner's files are untouched).
+    if (!error.empty()) folder->abandon();
+  }
+  comm::agree_or_throw(comm, error);
+  return folder;
+}
+
+std::string RunFolder::lock() {
+  // A few tries: the file locked can have been unlinked in between by a run that abandoned the
+  // folder (bad input) -- a lock on a deleted file guards nothing.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::error_code ec;
+    created_lock_file_ = !fs::exists(lock_path_, ec);
+    // O_CLOEXEC: a child process must not hold on to the lock after this run ends.
+    fd_ = open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      return fmt::format("run.output_dir {}: cannot create its lock file {} ({})", dir_, lock_path_,
+                         std::strerror(errno));
+    struct flock whole {};
+    whole.l_type = F_WRLCK;
+    whole.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
+    // An open-file-description lock (Linux >= 3.15) belongs to this open file, not to the
+    // process: a second claim from the same process is refused too, and closing some other
+    // descriptor of the file does not drop it. Older kernels: the classic process lock.
+    int rc = fcntl(fd_, F_OFD_SETLK, &whole);
+    if (rc != 0 && errno == EINVAL) rc = fcntl(fd_, F_SETLK, &whole);
+    if (rc != 0 && (errno == EACCES || errno == EAGAIN))
+      return fmt::format(
+          "run.output_dir {} is in use by another run: {} (lock {}). Two runs in one folder would mix their "
+          "checkpoints and reports: wait for that run to end, or give this one another run.output_dir",
+          dir_, read_owner(fd_), lock_path_);
+    if (rc != 0) {
+      log::warn("run.output_dir {}: its file system does not support locks ({}); a second run started into this "
+                "folder would not be refused",
+                dir_, std::strerror(errno));
+      unguarded_ = true;
+      return "";
+    }
+    struct stat held {}, named {};
+    if (fstat(fd_, &held) == 0 && stat(lock_path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev) {
+      previous_owner_ = read_file(fd_);
+      wrote_owner_ = true;
+      const std::string owner = owner_description() + "\n";
+      if (ftruncate(fd_, 0) != 0 || pwrite(fd_, owner.data(), owner.size(), 0) < 0)
+        log::warn("run.output_dir {}: could not write the owner into {} ({})", dir_, lock_path_, std::strerror(errno));
+      return "";
+    }
+    close(fd_);  // the file was replaced under us: lock the one the path names now
+    fd_ = -1;
+  }
+  return fmt::format("run.output_dir {}: its lock file {} keeps being replaced; is another run starting there?",
+                     dir_, lock_path_);
+}
+
+void RunFolder::abandon() {
+  std::error_code ec;
+  if (created_lock_file_ && (wrote_owner_ || unguarded_)) {
+    fs::remove(lock_path_, ec);  // made by this run and still locked by it: no one else uses it
+  } else if (wrote_owner_) {     // an earlier run's lock file: its text as it was
+    if (ftruncate(fd_, 0) != 0 ||
+        pwrite(fd_, previous_owner_.data(), previous_owner_.size(), 0) != static_cast<ssize_t>(previous_owner_.size()))
+      log::warn("{}: could not restore its previous text ({})", lock_path_, std::strerror(errno));
+  }
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  created_lock_file_ = wrote_owner_ = unguarded_ = false;
+  if (first_created_.empty()) return;
+  // Innermost first; fs::remove leaves a folder that is not empty.
+  for (fs::path p = normalized(dir_); p.string().size() >= first_created_.size(); p = p.parent_path()) {
+    if (!fs::remove(p, ec)) break;
+    if (p.string() == first_created_) break;
+  }
+  first_created_.clear();
+}
+
+RunFolder::~RunFolder() {
+  if (fd_ >= 0) close(fd_);
+}
+
+}  // namespace trident::train

@@ -1,0 +1,53 @@
+#pragma once
+// run.output_dir is owned by one run at a time (DESIGN.md "Files a run writes"). Two runs into
+// one folder -- a deck submitted twice, a requeued job overlapping its predecessor -- would
+// interleave their checkpoints, `latest`, metrics.jsonl and report.json. The first run holds a
+// lock on <output_dir>/.trident-lock for its whole life; a second run is bad input (exit 2)
+// naming the owner, before it writes anything.
+//
+// The lock is a POSIX record lock (fcntl, open-file-description F_OFD_SETLK where the kernel has
+// it) on that file, held by rank 0's process: the kernel (or, on NFS, the lock manager) releases
+// it when the process ends in any way, SIGKILL and a lost node included, so a dead owner never
+// blocks the next run and there is no stale-lock guessing. Record locks are what cluster file systems implement across nodes (NFSv3 via NLM,
+// NFSv4, Lustre mounted with -o flock, GPFS/Spectrum Scale); flock(2) is node-local on some of
+// them. Tested here on local ext4 and tmpfs. Where the file system refuses locks (ENOLCK,
+// ENOSYS, EOPNOTSUPP), rank 0 warns and the run goes on unguarded.
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+namespace trident::train {
+
+class RunFolder {
+ public:
+  // Collective over `comm`: rank 0 creates `dir` if needed and takes the lock; every rank
+  // throws BadInput when another live run owns the folder (or it cannot be created).
+  static std::unique_ptr<RunFolder> claim(const std::string& dir, MPI_Comm comm);
+  ~RunFolder();  // releases the lock
+  RunFolder(const RunFolder&) = delete;
+  RunFolder& operator=(const RunFolder&) = delete;
+
+  // Bad input found after claiming: take back what claim() created (the lock file it made,
+  // the folders it made, when they hold nothing else), so bad input leaves nothing behind.
+  // Rank 0 only; the others have nothing to undo.
+  void abandon();
+
+  const std::string& lock_path() const { return lock_path_; }
+
+ private:
+  RunFolder() = default;
+  std::string lock();  // rank 0: takes the lock, writes the owner; the refusal's message or ""
+  std::string dir_, lock_path_;
+  std::string first_created_;  // the outermost folder claim() created ("" if it existed)
+  bool created_lock_file_ = false;
+  bool wrote_owner_ = false;     // this run holds the lock and wrote its owner line
+  bool unguarded_ = false;       // the file system refused locks: the run goes on without one
+  std::string previous_owner_;  // the lock file's text before that
+  int fd_ = -1;  // rank 0: the open, locked lock file
+};
+
+// The owner line written into the lock file: job id, host, pid, start time (UTC).
+std::string owner_description();
+
+}  // namespace trident::train

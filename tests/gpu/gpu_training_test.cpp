@@ -1,0 +1,219 @@
+// trident train on a GPU (label gpu; run under mpiexec at np 1 and 2). Exit 77 (skipped) where no
+// GPU is visible. TF32 is off here (NVIDIA_TF32_OVERRIDE=0, set by main before CUDA starts), so
+// fp32 on the GPU is fp32 and the tolerances below are those of reordered fp32 sums.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "comm/cuda_runtime.hpp"
+#include "comm/world.hpp"
+#include "train_helpers.hpp"
+
+using namespace trident;
+using namespace trident::test_support;
+
+namespace {
+
+config::Deck on(config::Deck deck, const std::string& device, const std::string& backend = "mpi") {
+  deck.run.device = device;
+  deck.parallel.backend = backend;
+  return deck;
+}
+
+// A run over `comm` into its own folder (per rank on MPI_COMM_SELF); the trainer kept for more.
+struct Run {
+  std::unique_ptr<train::Trainer> trainer;
+  train::Result result;
+};
+Run run(config::Deck deck, MPI_Comm comm, const std::string& tag, const std::string& resume = "never",
+        const std::string& dir = "") {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  deck.run.output_dir = dir.empty() ? shared_scratch_dir() + "/" + deck.run.name + "_" + tag +
+                                          (comm == MPI_COMM_SELF ? "_r" + std::to_string(world_rank()) : "")
+                                    : dir;
+  config::Environment env{size, comm::cuda_visible_devices() > 0};
+  const auto errors = config::validate(deck, env);
+  EXPECT_TRUE(errors.empty()) << (errors.empty() ? "" : errors.front());
+  Run r;
+  r.trainer = std::make_unique<train::Trainer>(deck, comm, resume);
+  r.result = r.trainer->run();
+  return r;
+}
+
+double max_relative(const std::vector<std::pair<std::string, at::Tensor>>& a,
+                    const std::vector<std::pair<std::string, at::Tensor>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    const auto x = a[i].second.cpu(), y = b[i].second.cpu();
+    worst = std::max(worst, (x - y).abs().max().item<double>() / std::max(y.abs().max().item<double>(), 1e-12));
+  }
+  return worst;
+}
+
+bool bit_equal(const std::vector<std::pair<std::string, at::Tensor>>& a,
+               const std::vector<std::pair<std::string, at::Tensor>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].first != b[i].first || !torch::equal(a[i].second.cpu(), b[i].second.cpu())) return false;
+  return true;
+}
+
+config::Deck tiny_gpt(const std::string& name) {
+  config::Deck d = tiny_deck("gpt", name);
+  d.data.path = text_corpus_dataset();
+  d.model.layers = 2;
+  d.model.heads = 2;
+  d.model.d_model = 32;
+  d.model.seq_len = 16;
+  d.optim.lr = 3e-3;
+  return d;
+}
+
+}  // namespace
+
+// The same step on the GPU and on the CPU (np 1; SGD, whose update is lr x gradient, so a
+// difference in the gradients shows as it is and cannot flip an Adam sign): the logged loss and
+// every parameter within 1e-5 relative. Bit equality is not expected: cuDNN/cuBLAS sum in other
+// orders than the CPU kernels (fp32 rounding, ~1e-7 per operation, through a few layers).
+TEST(Gpu, OneStepOnCudaMatchesTheCpu) {
+  if (world_size() != 1) GTEST_SKIP() << "np 1";
+  for (auto deck : {tiny_deck("cnn", "gpu_vs_cpu_cnn"), tiny_gpt("gpu_vs_cpu_gpt")}) {
+    deck.optim.name = "sgd";
+    deck.optim.momentum = 0;
+    deck.run.max_steps = 1;
+    const auto cpu = run(on(deck, "cpu"), MPI_COMM_WORLD, "cpu");
+    const auto gpu = run(on(deck, "cuda"), MPI_COMM_WORLD, "cuda");
+    const double cpu_loss = cpu.result.logged_losses.at(0).second, gpu_loss = gpu.result.logged_losses.at(0).second;
+    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * cpu_loss) << deck.model.kind;
+    EXPECT_LE(max_relative(gpu.trainer->full_parameters(), cpu.trainer->full_parameters()), 1e-5) << deck.model.kind;
+  }
+}
+
+// A checkpoint written on the GPU resumes on the CPU with the very same parameters and optimizer
+// state (bit for bit), and the reverse: the file holds host bytes either way.
+TEST(Gpu, CheckpointsCrossBetweenGpuAndCpu) {
+  for (const auto& [writer, reader] : {std::pair<std::string, std::string>{"cuda", "cpu"}, {"cpu", "cuda"}}) {
+    auto deck = tiny_deck("cnn", "cross_" + writer);
+    deck.run.max_steps = 3;
+    const std::string dir = shared_scratch_dir() + "/cross_" + writer;
+    auto written = run(on(deck, writer), MPI_COMM_WORLD, writer, "never", dir);
+    const auto params = written.trainer->full_parameters();
+    const auto state = written.trainer->full_optimizer_state();
+    written.trainer.reset();  // the run folder is free for the next run
+    // The same step count: nothing left to train, the checkpoint is loaded and evaluated.
+    auto loaded = run(on(deck, reader), MPI_COMM_WORLD, reader, "auto", dir);
+    EXPECT_EQ(loaded.result.first_step, 3);
+    EXPECT_TRUE(bit_equal(loaded.trainer->full_parameters(), params)) << writer << " -> " << reader
+                                                                      << ": parameters differ";
+    EXPECT_TRUE(bit_equal(loaded.trainer->full_optimizer_state(), state))
+        << writer << " -> " << reader << ": optimizer state differs";
+  }
+}
+
+// bf16 autocast on the GPU trains like fp32: every logged loss of 20 steps of the tiny GPT within
+// 0.05 nats (bf16 keeps 8 bits of mantissa in the matmuls; the loss itself is computed in fp32).
+TEST(Gpu, Bf16TracksFp32) {
+  if (world_size() != 1) GTEST_SKIP() << "np 1";
+  auto deck = tiny_gpt("bf16_gpu");
+  deck.run.max_steps = 20;
+  deck.run.log_every = 5;
+  const auto fp32 = run(on(deck, "cuda"), MPI_COMM_WORLD, "fp32");
+  deck.optim.precision = "bf16";
+  const auto bf16 = run(on(deck, "cuda"), MPI_COMM_WORLD, "bf16");
+  ASSERT_EQ(bf16.result.logged_losses.size(), fp32.result.logged_losses.size());
+  for (size_t i = 0; i < fp32.result.logged_losses.size(); ++i)
+    EXPECT_NEAR(bf16.result.logged_losses[i].second, fp32.result.logged_losses[i].second, 0.05) << "log " << i;
+  EXPECT_LT(bf16.result.logged_losses.back().second, bf16.result.logged_losses.front().second);
+}
+
+// fp16 with an overflow injected into the gradients of step 3: that step is skipped on every
+// rank (the parameters unchanged by it), the loss scale halves, and training goes on.
+TEST(Gpu, Fp16RecoversFromAnOverflow) {
+  if (world_size() != 1) GTEST_SKIP() << "np 1";
+  auto deck = tiny_gpt("fp16_gpu");
+  deck.optim.precision = "fp16";
+  deck.run.max_steps = 6;
+  setenv("TRIDENT_TEST_GRADIENT_OVERFLOW", "3", 1);
+  const auto r = run(on(deck, "cuda"), MPI_COMM_WORLD, "fp16");
+  unsetenv("TRIDENT_TEST_GRADIENT_OVERFLOW");
+  const std::string report = r.trainer ? shared_scratch_dir() + "/fp16_gpu_fp16/report.json" : "";
+  std::ifstream in(report);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"skipped_steps\": 1"), std::string::npos) << report;
+  EXPECT_NE(text.find("\"loss_scale\": 32768"), std::string::npos) << report;  // 65536 halved once
+  for (const auto& [step, loss] : r.result.logged_losses) EXPECT_TRUE(std::isfinite(loss)) << "step " << step;
+}
+
+// Several ranks on one GPU (NCCL refuses that; the MPI backend stages through host memory):
+// dp 2, pp 2 and ZeRO 1/2/3 at np 2 give the parameters of one rank training alone, within
+// the 1e-5 of the CPU equivalence tests.
+TEST(Gpu, RanksSharingOneGpuOverMpiMatchOneRank) {
+  if (world_size() != 2) GTEST_SKIP() << "np 2";
+  struct Layout {
+    std::string name;
+    int pp, zero;
+  };
+  for (const auto& layout : {Layout{"dp2", 1, 0}, Layout{"pp2", 2, 0}, Layout{"zero1", 1, 1}, Layout{"zero2", 1, 2},
+                             Layout{"zero3", 1, 3}}) {
+    auto deck = tiny_deck("cnn", "shared_gpu_" + layout.name);
+    deck.optim.eps = 1e-6;  // as the CPU equivalence tests: Adam's first steps divide by ~|g|
+    deck.parallel.pp = layout.pp;
+    deck.parallel.zero = layout.zero;
+    const auto together = run(on(deck, "cuda"), MPI_COMM_WORLD, "np2");
+    auto alone_deck = deck;
+    alone_deck.parallel.pp = 1;
+    alone_deck.parallel.zero = 0;
+    const auto alone = run(on(alone_deck, "cuda"), MPI_COMM_SELF, "np1");
+    // Under pp each rank holds its stage: compare those parameters by name.
+    const auto mine = together.trainer->full_parameters();
+    const auto whole = alone.trainer->full_parameters();
+    double worst = 0;
+    for (const auto& [name, value] : mine)
+      for (const auto& [other, reference] : whole)
+        if (name == other)
+          worst = std::max(worst, (value.cpu() - reference.cpu()).abs().max().item<double>() /
+                                      std::max(reference.abs().max().item<double>(), 1e-12));
+    EXPECT_LE(worst, 1e-5) << layout.name;
+  }
+}
+
+// The NCCL backend trains (world 1: NCCL refuses two ranks on the lent machine's one GPU).
+TEST(Gpu, NcclBackendTrainsAtWorldOne) {
+  if (world_size() != 1) GTEST_SKIP() << "np 1";
+  auto deck = tiny_deck("cnn", "nccl_world1");
+  deck.run.max_steps = 5;
+  const auto r = run(on(deck, "cuda", "nccl"), MPI_COMM_WORLD, "nccl");
+  ASSERT_EQ(r.result.logged_losses.size(), 5u);
+  EXPECT_LT(r.result.logged_losses.back().second, r.result.logged_losses.front().second);
+}
+
+int main(int argc, char** argv) {
+  // Before CUDA starts: fp32 matmuls in fp32 (cuBLAS and cuDNN honour this over TF32 settings).
+  setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
+  ::testing::InitGoogleTest(&argc, argv);
+  comm::MpiSession mpi(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  comm::World::from(MPI_COMM_WORLD);
+  if (comm::cuda_visible_devices() == 0) {
+    if (rank == 0) std::printf("skipped: no GPU visible (CUDA build: %s)\n", comm::cuda_built() ? "yes" : "no");
+    return 77;
+  }
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int local = RUN_ALL_TESTS();
+  int any = 0;
+  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return any;
+}
