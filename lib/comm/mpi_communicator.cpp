@@ -36,24 +36,21 @@ void sum_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = static_cast<T>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
 }
 
-// MPI_SUM, or for bf16/fp16 an operator of their own (created once, after MPI_Init).
+// The MPI operator summing T, created on first use (after MPI_Init), once per type.
+template <typename T>
+MPI_Op sum_16bit_op() {
+  static const MPI_Op op = [] {
+    MPI_Op created;
+    MPI_CHECK(MPI_Op_create(&sum_16bit<T>, /*commute=*/1, &created));
+    return created;
+  }();
+  return op;
+}
+
+// MPI_SUM, or for bf16/fp16 an operator of their own.
 MPI_Op sum_op(const at::Tensor& t) {
-  if (t.scalar_type() == at::kBFloat16) {
-    static const MPI_Op op = [] {
-      MPI_Op created;
-      MPI_CHECK(MPI_Op_create(&sum_16bit<c10::BFloat16>, /*commute=*/1, &created));
-      return created;
-    }();
-    return op;
-  }
-  if (t.scalar_type() == at::kHalf) {
-    static const MPI_Op op = [] {
-      MPI_Op created;
-      MPI_CHECK(MPI_Op_create(&sum_16bit<c10::Half>, /*commute=*/1, &created));
-      return created;
-    }();
-    return op;
-  }
+  if (t.scalar_type() == at::kBFloat16) return sum_16bit_op<c10::BFloat16>();
+  if (t.scalar_type() == at::kHalf) return sum_16bit_op<c10::Half>();
   return MPI_SUM;
 }
 

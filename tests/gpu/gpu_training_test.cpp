@@ -13,6 +13,7 @@
 
 #include "comm/cuda_runtime.hpp"
 #include "comm/world.hpp"
+#include "run_over_mpi.hpp"
 #include "train_helpers.hpp"
 
 using namespace trident;
@@ -201,19 +202,9 @@ int main(int argc, char** argv) {
   setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
   ::testing::InitGoogleTest(&argc, argv);
   comm::MpiSession mpi(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  comm::World::from(MPI_COMM_WORLD);
   if (comm::cuda_visible_devices() == 0) {
-    if (rank == 0) std::printf("skipped: no GPU visible (CUDA build: %s)\n", comm::cuda_built() ? "yes" : "no");
+    if (world_rank() == 0) std::printf("skipped: no GPU visible (CUDA build: %s)\n", comm::cuda_built() ? "yes" : "no");
     return 77;
   }
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int local = RUN_ALL_TESTS();
-  int any = 0;
-  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any;
+  return run_all_tests_over_mpi();
 }
