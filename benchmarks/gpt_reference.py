@@ -83,20 +83,29 @@ def run(mode, args):
         step()
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        loss = step()
-    loss.item()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+        torch.cuda.reset_peak_memory_stats()
+    # The timed steps in `windows` equal windows, each ended by a synchronisation; the median
+    # window is reported (as benchmarks/gpt_gpu.sh does with trident's metrics.jsonl windows).
+    per_window = max(1, args.steps // args.windows)
+    rates = []
+    for _ in range(args.windows):
+        start = time.perf_counter()
+        for _ in range(per_window):
+            loss = step()
+        loss.item()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        rates.append(per_window * args.micro_batch * args.seq_len / (time.perf_counter() - start))
+    tokens_per_s = sorted(rates)[len(rates) // 2]
     params = sum(p.numel() for p in model.parameters())
     matmul_params = params - model.token.weight.numel() - model.position.weight.numel()
     flops_per_token = 6 * matmul_params + 12 * args.layers * args.seq_len * args.d_model
-    tokens_per_s = args.steps * args.micro_batch * args.seq_len / seconds
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
     return {"impl": "pytorch " + mode, "torch": torch.__version__, "device": device, "parameters": params,
-            "tokens_per_s": tokens_per_s, "tflops": tokens_per_s * flops_per_token / 1e12,
-            "mfu": tokens_per_s * flops_per_token / 1e12 / args.peak_tflops, "peak_tflops": args.peak_tflops}
+            "tokens_per_s": tokens_per_s, "window_tokens_per_s": rates,
+            "tflops": tokens_per_s * flops_per_token / 1e12,
+            "mfu": tokens_per_s * flops_per_token / 1e12 / args.peak_tflops, "peak_tflops": args.peak_tflops,
+            "peak_device_bytes": peak}
 
 
 def main():
@@ -107,8 +116,9 @@ def main():
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--micro-batch", type=int, default=16)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=30, help="timed steps, over all windows")
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--windows", type=int, default=3, help="timed windows; the median is reported")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--peak-tflops", type=float, default=989.0, help="H100 SXM bf16 dense")
     p.add_argument("--modes", default="eager,compile")

@@ -12,6 +12,6 @@ ctest --preset ci -j "$(nproc)" "$@"
 if [ "${TRIDENT_SKIP_CUDA:-0}" != 1 ]; then
   PRESET=cuda bash scripts/build.sh
   ctest --preset cuda -j "$(nproc)" -L '^(unit|gpu)$' "$@"
-  ctest --preset cuda -R '^mpi_np[124]$' "$@"
+  ctest --preset cuda -j "$(nproc)" -R '^mpi_[A-Za-z]+_np[124]$' "$@"
 fi
 [ "${TRIDENT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/sanitize.sh
