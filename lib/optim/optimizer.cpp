@@ -4,9 +4,12 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <optional>
 
-// The fused AdamW kernel: on CUDA since LibTorch 2.0 and on the CPU since 2.4; used from 2.4 (one
-// version test for both).
+#include "core/error.hpp"
+
+// The fused AdamW and SGD kernels: on CUDA since LibTorch 2.0 / 2.1 and on the CPU since 2.4; used
+// from 2.4 (one version test for both).
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define TRIDENT_FUSED_ADAMW 1
 #else
@@ -16,6 +19,43 @@
 namespace trident::optim {
 
 namespace {
+
+// Steps taken (for AdamW's bias correction and the checkpoint). On the host, unless updates are
+// skipped on the device (step_unless): then the count is a float scalar on the device too, as
+// PyTorch keeps it for its fused kernels, and the host reads it only when asked (a checkpoint).
+class StepCount {
+ public:
+  int64_t value() const { return on_device_ ? static_cast<int64_t>(device_.item<double>()) : host_; }
+  void set(int64_t steps) {
+    host_ = steps;
+    on_device_ = false;
+  }
+  // A step decided on the host.
+  void add_one() {
+    host_ = value() + 1;
+    on_device_ = false;
+  }
+  // The host's count as the device scalar a fused kernel reads.
+  const at::Tensor& as_scalar(const at::TensorOptions& options) {
+    return scalar(options).fill_(static_cast<double>(host_));
+  }
+  // A step decided on the device: +1 now, and -1 after the kernel where it skipped.
+  const at::Tensor& add_one_on_device(const at::TensorOptions& options) {
+    if (!on_device_) scalar(options).fill_(static_cast<double>(host_));
+    on_device_ = true;
+    return device_.add_(1);
+  }
+  void subtract_skip(const at::Tensor& skip) { device_.sub_(skip); }
+
+ private:
+  at::Tensor& scalar(const at::TensorOptions& options) {
+    if (!device_.defined()) device_ = at::zeros({}, options.dtype(at::kFloat));
+    return device_;
+  }
+  int64_t host_ = 0;
+  at::Tensor device_;
+  bool on_device_ = false;
+};
 
 // AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments.
 class AdamW final : public Optimizer {
@@ -30,46 +70,61 @@ class AdamW final : public Optimizer {
     v_ = at::zeros_like(params);
   }
   std::vector<std::pair<std::string, at::Tensor>> state() override { return {{"exp_avg", m_}, {"exp_avg_sq", v_}}; }
-  int64_t steps() const override { return t_; }
-  void set_steps(int64_t steps) override { t_ = steps; }
+  int64_t steps() const override { return steps_.value(); }
+  void set_steps(int64_t steps) override { steps_.set(steps); }
+  bool skips_on_device() const override { return TRIDENT_FUSED_ADAMW != 0; }
 
   void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
     allocate_state(params);
-    ++t_;
+    steps_.add_one();
 #if TRIDENT_FUSED_ADAMW
     if (fused_ || params.is_cuda()) {
-      // The same update in one kernel that reads and writes each element once. Its step count is
-      // a tensor on the device (set, not incremented there: a restored count stays right).
-      if (!step_.defined()) step_ = at::zeros({}, params.options());
-      step_.fill_(static_cast<double>(t_));
-      at::_fused_adamw_({params}, {grads}, {m_}, {v_}, {}, {step_}, lr, beta1_, beta2_, weight_decay_, eps_,
-                        /*amsgrad=*/false, /*maximize=*/false);
+      // The same update in one kernel that reads and writes each element once.
+      fused(params, grads, lr, steps_.as_scalar(params.options()), {});
       return;
     }
 #endif
+    const auto t = static_cast<double>(steps_.value());
     if (weight_decay_ > 0) params.mul_(1.0 - lr * weight_decay_);
     m_.mul_(beta1_).add_(grads, 1.0 - beta1_);
     v_.mul_(beta2_).addcmul_(grads, grads, 1.0 - beta2_);
-    const double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(t_));
-    const double bias2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
+    const double bias1 = 1.0 - std::pow(beta1_, t);
+    const double bias2 = 1.0 - std::pow(beta2_, t);
     at::Tensor denom = v_.sqrt().div_(std::sqrt(bias2)).add_(eps_);
     params.addcdiv_(m_, denom, -lr / bias1);
+  }
+
+  void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) override {
+    TRIDENT_CHECK(skips_on_device(), "AdamW: skipping on the device needs the fused kernel (LibTorch >= 2.4)");
+    allocate_state(params);
+    fused(params, grads, lr, steps_.add_one_on_device(params.options()), skip);
+    steps_.subtract_skip(skip);
   }
   int64_t state_bytes() const override {
     return m_.defined() ? (m_.numel() + v_.numel()) * static_cast<int64_t>(m_.element_size()) : 0;
   }
 
  private:
+  void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& step, const at::Tensor& skip) {
+#if TRIDENT_FUSED_ADAMW
+    at::_fused_adamw_({params}, {grads}, {m_}, {v_}, {}, {step}, lr, beta1_, beta2_, weight_decay_, eps_,
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt,
+                      skip.defined() ? std::optional<at::Tensor>(skip) : std::nullopt);
+#else
+    (void)params, (void)grads, (void)lr, (void)step, (void)skip;
+#endif
+  }
+
   double beta1_, beta2_, eps_, weight_decay_;
   bool fused_ = false;
-  int64_t t_ = 0;
-  at::Tensor m_, v_, step_;
+  StepCount steps_;
+  at::Tensor m_, v_;
 };
 
 // SGD with momentum (PyTorch's form: buf = momentum * buf + g; first step buf = g).
 class Sgd final : public Optimizer {
  public:
-  Sgd(double momentum, double weight_decay) : momentum_(momentum), weight_decay_(weight_decay) {}
+  Sgd(double momentum, double weight_decay, bool fused) : momentum_(momentum), weight_decay_(weight_decay), fused_(fused) {}
   std::string name() const override { return "sgd"; }
 
   // A zero buffer gives the same first step as PyTorch's "buffer = g": 0 * momentum + g == g.
@@ -80,12 +135,19 @@ class Sgd final : public Optimizer {
     if (momentum_ > 0) return {{"momentum_buffer", buffer_}};
     return {};
   }
-  int64_t steps() const override { return steps_; }
-  void set_steps(int64_t steps) override { steps_ = steps; }
+  int64_t steps() const override { return steps_.value(); }
+  void set_steps(int64_t steps) override { steps_.set(steps); }
+  bool skips_on_device() const override { return TRIDENT_FUSED_ADAMW != 0; }
 
   void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
     allocate_state(params);
-    ++steps_;
+    steps_.add_one();
+#if TRIDENT_FUSED_ADAMW
+    if (fused_ || params.is_cuda()) {
+      fused(params, grads, lr, {});
+      return;
+    }
+#endif
     at::Tensor g = weight_decay_ > 0 ? grads.add(params, weight_decay_) : grads;
     if (momentum_ > 0) {
       buffer_.mul_(momentum_).add_(g);
@@ -93,13 +155,36 @@ class Sgd final : public Optimizer {
     }
     params.add_(g, -lr);
   }
+
+  void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) override {
+    TRIDENT_CHECK(skips_on_device(), "SGD: skipping on the device needs the fused kernel (LibTorch >= 2.4)");
+    allocate_state(params);
+    steps_.add_one_on_device(params.options());
+    fused(params, grads, lr, skip);
+    steps_.subtract_skip(skip);
+  }
   int64_t state_bytes() const override {
     return buffer_.defined() ? buffer_.numel() * static_cast<int64_t>(buffer_.element_size()) : 0;
   }
 
  private:
+  void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) {
+#if TRIDENT_FUSED_ADAMW
+    // Without momentum the kernel gets no buffer; with it, the zeroed buffer makes the first step
+    // buf = g as above, so is_first_step stays false.
+    std::vector<at::Tensor> buffers;
+    if (momentum_ > 0) buffers.push_back(buffer_);
+    at::_fused_sgd_({params}, {grads}, buffers, weight_decay_, momentum_, lr, /*dampening=*/0.0, /*nesterov=*/false,
+                    /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt,
+                    skip.defined() ? std::optional<at::Tensor>(skip) : std::nullopt);
+#else
+    (void)params, (void)grads, (void)lr, (void)skip;
+#endif
+  }
+
   double momentum_, weight_decay_;
-  int64_t steps_ = 0;
+  bool fused_ = false;
+  StepCount steps_;
   at::Tensor buffer_;
 };
 
@@ -107,14 +192,17 @@ class Sgd final : public Optimizer {
 
 std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck, bool fused) {
   const auto& o = deck.optim;
-  if (o.name == "sgd") return std::make_unique<Sgd>(o.momentum, o.weight_decay);
+  if (o.name == "sgd") return std::make_unique<Sgd>(o.momentum, o.weight_decay, fused);
   return std::make_unique<AdamW>(o.beta1, o.beta2, o.eps, o.weight_decay, fused);
 }
 
-bool fused_adamw_built() { return TRIDENT_FUSED_ADAMW != 0; }
+bool fused_optimizers_built() { return TRIDENT_FUSED_ADAMW != 0; }
 
 double clip_by_global_norm(at::Tensor& grads, double squared_norm, double max_norm) {
-  const double norm = std::sqrt(squared_norm);
+  // LibTorch's sqrt, as optim/device_step.cpp's on a CPU tensor: from 2.x its fp64 sqrt on the
+  // CPU is not always std::sqrt's correctly rounded one (sqrt(8) is 1 ulp below), and the two
+  // paths must clip alike.
+  const double norm = at::scalar_tensor(squared_norm, at::kDouble).sqrt().item<double>();
   if (max_norm > 0) {
     const double coefficient = max_norm / (norm + 1e-6);
     if (coefficient < 1.0) grads.mul_(coefficient);

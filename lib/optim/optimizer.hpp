@@ -18,6 +18,11 @@ class Optimizer {
   virtual std::string name() const = 0;
   // One update of `params` from `grads` (same shape) with learning rate `lr`.
   virtual void step(at::Tensor& params, const at::Tensor& grads, double lr) = 0;
+  // The same update, left undone where `skip` (a float scalar on the parameters' device, 1 or 0)
+  // is 1, decided without the host: the fused kernels take the flag (PyTorch's found_inf), and
+  // the step count lives on the device. Only where skips_on_device() is true.
+  virtual void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) = 0;
+  virtual bool skips_on_device() const = 0;
   virtual int64_t state_bytes() const = 0;  // optimizer state held by this rank
 
   // For checkpoints: the state buffers by name (each the size of the parameters it updates;
@@ -28,12 +33,13 @@ class Optimizer {
   virtual void set_steps(int64_t steps) = 0;
 };
 
-// AdamW on CUDA tensors with LibTorch >= 2.4 runs as one fused kernel over the flat buffer
-// (at::_fused_adamw_, PyTorch's fused=True); elsewhere as a few vector ops. `fused` forces the
-// fused kernel where the build has it (from 2.4 on the CPU too: tests compare it there).
+// On CUDA tensors with LibTorch >= 2.4, AdamW and SGD run as one fused kernel over the flat
+// buffer (at::_fused_adamw_ / at::_fused_sgd_, PyTorch's fused=True); elsewhere as a few vector
+// ops. `fused` forces the fused kernels where the build has them (from 2.4 on the CPU too: tests
+// compare them there).
 std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck, bool fused = false);
-// Whether this build's LibTorch has the fused AdamW kernel.
-bool fused_adamw_built();
+// Whether this build's LibTorch has the fused AdamW and SGD kernels.
+bool fused_optimizers_built();
 
 // Scales `grads` so that their L2 norm is at most `max_norm` (0: no clipping), as
 // torch.nn.utils.clip_grad_norm_ does. `squared_norm` is the global sum of squares (over every

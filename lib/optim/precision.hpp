@@ -42,6 +42,9 @@ class LossScaler {
   int64_t skipped_steps() const { return skipped_; }
   // For checkpoints: the scale and the good steps since the last change.
   int64_t good_steps() const { return good_; }
+  double growth() const { return growth_; }
+  double backoff() const { return backoff_; }
+  int64_t window() const { return window_; }
   void restore(double scale, int64_t good_steps, int64_t skipped_steps);
 
  private:

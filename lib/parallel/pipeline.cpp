@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/timer.hpp"
+#include "model/loss.hpp"
 #include "optim/precision.hpp"
 #include "parallel/schedule.hpp"
 
@@ -12,15 +13,6 @@ namespace {
 // Tags keep activations and gradients of different micro-batches apart on the pp communicator.
 int activation_tag(int micro) { return 2 * micro; }
 int gradient_tag(int micro) { return 2 * micro + 1; }
-
-// Cross-entropy of logits [n, classes] against labels [n], or of per-position logits
-// [n, T, vocab] against next tokens [n, T] (a GPT), each target weighted alike.
-at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& labels, torch::Reduction::Reduction reduction) {
-  namespace F = torch::nn::functional;
-  auto options = F::CrossEntropyFuncOptions();
-  if (reduction == torch::Reduction::Sum) options.reduction(torch::kSum);
-  return F::cross_entropy(logits.flatten(0, -2), labels.flatten(), options);  // no-ops on [n, classes]
-}
 
 std::vector<int64_t> with_batch(int64_t n, const std::vector<int64_t>& sample_shape) {
   std::vector<int64_t> shape{n};
@@ -37,8 +29,11 @@ Pipeline::Pipeline(comm::Communicator& activations, comm::Communicator& gradient
 
 at::Tensor Pipeline::forward(const at::Tensor& x) {
   optim::AutocastScope autocast(compute_type_, device_.is_cuda());
-  // Stage boundaries and the loss stay fp32 whatever the layers computed in.
-  return model_->forward(x).to(at::kFloat);
+  // Stage boundaries stay fp32 whatever the layers computed in (the pipeline's buffers are). The
+  // last stage's logits stay as computed: model::cross_entropy reads bf16/fp16 ones in fp32
+  // slices, and a whole fp32 copy of a GPT's logits would be its largest tensor.
+  const at::Tensor y = model_->forward(x);
+  return last() ? y : y.to(at::kFloat);
 }
 
 // non_blocking: from pinned memory (data/loader.hpp pins batches meant for a GPU) the copy runs
@@ -54,7 +49,7 @@ at::Tensor Pipeline::receive(comm::Communicator& comm, const std::vector<int64_t
 }
 
 at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
-                          GradSync& sync, double loss_scale, double& forward_s, double& backward_s) {
+                          GradSync& sync, const at::Tensor& loss_factor, double& forward_s, double& backward_s) {
   Stopwatch step;
   const double compute_before = forward_s + backward_s;
   const auto m = static_cast<size_t>(micro_batches);
@@ -79,7 +74,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         ScopedTimer t(forward_s);
         outputs[i] = forward(inputs[i]);
         if (last()) {
-          losses[i] = loss_of(outputs[i], labels[i], torch::Reduction::Mean);
+          losses[i] = model::cross_entropy(outputs[i], labels[i], /*mean=*/true);
           loss_sum += losses[i].detach().to(at::kDouble);
         }
         stats_.peak_alive = std::max(stats_.peak_alive, ++alive);
@@ -95,7 +90,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
       case OpKind::Backward: {
         ScopedTimer t(backward_s);
         sync.before_backward(op.micro == micro_batches - 1);  // both schedules end on the last micro-batch
-        if (last()) (losses[i] * loss_scale).backward();
+        if (last()) (losses[i] * loss_factor).backward();
         else outputs[i].backward(output_grads[i]);
         outputs[i] = losses[i] = output_grads[i] = labels[i] = at::Tensor();
         --alive;
@@ -134,7 +129,7 @@ std::pair<double, double> Pipeline::evaluate(int64_t n, const std::function<data
     activations_.send(y.contiguous(), stage_ + 1, activation_tag(0));
     return {0.0, 0.0};
   }
-  const double loss = loss_of(y, labels, torch::Reduction::Sum).item<double>();
+  const double loss = model::cross_entropy(y, labels, /*mean=*/false).item<double>();
   return {loss, y.argmax(-1).eq(labels).sum().item<double>()};
 }
 

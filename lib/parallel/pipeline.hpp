@@ -50,8 +50,10 @@ class Pipeline {
   // gives the first stage its inputs and the last its labels, in micro-batch order. Returns the
   // sum of the micro-batches' mean losses on the last stage (0 elsewhere), as a 0-dimensional
   // fp64 tensor on the device: reading it is the caller's choice (a GPU step need not wait).
+  // Backward starts from each mean loss × `loss_factor`, an fp32 scalar on the device (1 / the
+  // replicas' micro-batches, times fp16's loss scale, which changes on the device).
   at::Tensor run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
-                  GradSync& sync, double loss_scale, double& forward_s, double& backward_s);
+                      GradSync& sync, const at::Tensor& loss_factor, double& forward_s, double& backward_s);
 
   // Forward only, `n` samples (same n on every stage of the replica): returns (loss sum,
   // correct predictions) over every target (a GPT sample has one per position) on the last

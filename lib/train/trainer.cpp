@@ -25,6 +25,7 @@
 #include "data/sampler.hpp"
 #include "model/gpt.hpp"
 #include "model/model.hpp"
+#include "optim/device_step.hpp"
 #include "optim/flat_params.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/precision.hpp"
@@ -55,6 +56,9 @@ struct Trainer::State {
   std::unique_ptr<optim::Optimizer> optimizer;
   optim::LrSchedule schedule;
   std::unique_ptr<optim::LossScaler> scaler;  // fp16 only
+  // The step's skip/clip/stop decisions made on the device (GPUs, fused optimizers; one host
+  // sync per logging interval); null: made on the host after one copy per step.
+  std::unique_ptr<optim::DeviceStep> device_step;
   std::string device = "cpu";                 // where this rank trains (comm/device_placement.hpp)
   c10::Device torch_device{c10::kCPU};        // the same, for tensors
   int cuda_index = -1;                        // its CUDA device, -1 on the CPU
@@ -283,6 +287,15 @@ void overflow_if_asked(at::Tensor& grads, int64_t step) {
   if (spec && std::atoll(spec) == step && grads.numel() > 0) grads.narrow(0, 0, 1).fill_(INFINITY);
 }
 
+// The gradients' global squared norm, on the device in fp64: summed over the ZeRO partitions of
+// the dp group and over the stages, so every rank has the same number.
+at::Tensor global_squared_norm(Trainer::State& s, const at::Tensor& grads) {
+  at::Tensor squared_norm = grads.pow(2).sum().to(at::kDouble);
+  if (s.grad_sync->sharded()) s.dp_comm->all_reduce_sum(squared_norm);
+  if (s.topology->pp() > 1) s.pp_comm->all_reduce_sum(squared_norm);
+  return squared_norm;
+}
+
 // One number reduced over `comm` (a communication operation the watchdog sees).
 double reduce_over(MPI_Comm comm, double value, MPI_Op op) {
   double out = value;
@@ -445,6 +458,94 @@ void load_checkpoint(Trainer::State& s, const std::string& path) {
   s.resumed_from = path;
 }
 
+// TRIDENT_TEST_STEP_DECISIONS = host | device: tests run both ways on the CPU over the same
+// (fused) optimizer kernels and compare them bit for bit. Unset: on the device where it pays.
+std::string forced_step_decisions() {
+  const char* forced = std::getenv("TRIDENT_TEST_STEP_DECISIONS");
+  return forced ? forced : "";
+}
+
+// Where a step's decisions are made: on a GPU the host would otherwise wait for the device once
+// a step; that needs the fused optimizer kernels, which skip on a device flag (LibTorch >= 2.4).
+void choose_step_decisions(Trainer::State& s) {
+  const std::string forced = forced_step_decisions();
+  const bool on_device =
+      forced.empty() ? s.torch_device.is_cuda() && s.optimizer->skips_on_device() : forced == "device";
+  if (on_device)
+    s.device_step = std::make_unique<optim::DeviceStep>(at::TensorOptions().device(s.torch_device),
+                                                        s.deck.optim.clip_grad_norm, s.accumulation, s.scaler.get());
+}
+
+// `found_later`: the device found it, and the host learns it at a later step.
+std::string diverged_message(int64_t step, double norm, double loss, bool found_later) {
+  return fmt::format("step {}: the gradient norm is {} (loss {} on this rank); {}; lower optim.lr or check the data "
+                     "(data.check_finite = true)",
+                     step, norm, loss,
+                     found_later ? "the parameters were not updated from that step on and no checkpoint was written since"
+                                 : "the parameters were not updated and no checkpoint was written for this step");
+}
+
+// What the log reports of the steps so far; known at once when the host decides each step, and
+// at the sync points when the device does.
+struct StepTally {
+  double last_loss = 0, last_norm = 0, epoch_loss_sum = 0;
+  int64_t skipped_steps = 0;  // fp16 overflows, as last logged
+};
+
+// The step's update with the decisions on the host: one copy of the norm and the loss per step.
+void update_deciding_on_host(Trainer::State& s, int64_t step, const at::Tensor& summed_loss, double lr,
+                             StepTally& tally) {
+  at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
+  const double scale = s.scaler ? s.scaler->scale() : 1.0;  // the scale this step's backward used
+  overflow_if_asked(grads, step);
+  const at::Tensor squared_norm = global_squared_norm(s, grads);
+  const at::Tensor on_host = at::stack({squared_norm, summed_loss}).cpu();
+  double squares = on_host[0].item<double>();
+  const double step_loss = on_host[1].item<double>() / static_cast<double>(s.accumulation);
+  double grad_norm = 0;
+  // fp16: an overflow in the scaled gradients skips the step and lowers the scale; every rank
+  // sees the same global sum, so all skip together.
+  if (s.scaler && !s.scaler->update(std::isfinite(squares))) {
+    log::info("step {}: fp16 gradients overflowed; step skipped, loss scale now {}", step, s.scaler->scale());
+  } else {
+    if (s.scaler) {
+      grads.div_(scale);
+      squares /= scale * scale;
+    }
+    // Every rank has the same global sum, so all stop here together, before the update and
+    // before any checkpoint could store damaged weights.
+    if (!std::isfinite(squares)) throw Diverged(diverged_message(step, std::sqrt(squares), step_loss, false));
+    grad_norm = optim::clip_by_global_norm(grads, squares, s.deck.optim.clip_grad_norm);
+    s.optimizer->step(params, grads, lr);
+  }
+  tally.last_loss = step_loss;
+  tally.last_norm = grad_norm;
+  tally.epoch_loss_sum += step_loss;
+}
+
+// The same update with the decisions on the device (optim/device_step.hpp): no host wait.
+void update_deciding_on_device(Trainer::State& s, int64_t step, const at::Tensor& summed_loss, double lr) {
+  at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
+  overflow_if_asked(grads, step);
+  const at::Tensor skip = s.device_step->decide(grads, global_squared_norm(s, grads), summed_loss, step);
+  s.optimizer->step_unless(params, grads, lr, skip);
+}
+
+// The device's decisions reach the host: the tally for the log, and a divergence stops the run
+// here, before anything is logged or saved.
+void read_device_step(Trainer::State& s, StepTally& tally) {
+  const optim::DeviceStepReading r = s.device_step->read();
+  if (r.diverged_step > 0) throw Diverged(diverged_message(r.diverged_step, r.diverged_norm, r.diverged_loss, true));
+  if (r.skipped_steps > tally.skipped_steps)
+    log::info("fp16 gradients overflowed in {} step(s) since the last report; those steps were skipped, loss scale "
+              "now {}",
+              r.skipped_steps - tally.skipped_steps, s.scaler->scale());
+  tally.last_loss = r.last_loss;
+  tally.last_norm = r.last_norm;
+  tally.epoch_loss_sum = r.loss_sum;
+  tally.skipped_steps = r.skipped_steps;
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& resume) : s_(std::make_unique<State>()) {
@@ -507,7 +608,7 @@ void Trainer::construct(const std::string& resume) {
   broadcast_model(s);
   s.flat = std::make_unique<optim::FlatParams>(*s.model, s.torch_device);
   s.grad_sync = parallel::make_grad_sync(deck, *s.flat, s.model, *s.dp_comm);
-  s.optimizer = optim::make_optimizer(deck);
+  s.optimizer = optim::make_optimizer(deck, /*fused=*/!forced_step_decisions().empty());
   s.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, s.total_steps};
   s.pipeline->set_compute(optim::compute_type(deck.optim.precision), s.torch_device);
   if (deck.optim.precision == "fp16") s.scaler = std::make_unique<optim::LossScaler>();
@@ -516,6 +617,7 @@ void Trainer::construct(const std::string& resume) {
     load_checkpoint(s, path);
     s.read_seconds += verify_seconds;
   }
+  choose_step_decisions(s);  // after the load: an fp16 run continues from the saved scale
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   s.watchdog = std::make_unique<comm::Watchdog>(s.world.comm, deck.run.fail_timeout_s);
@@ -602,9 +704,13 @@ Result Trainer::run() {
     metrics = std::make_unique<report::MetricsLog>(deck.run.output_dir + "/metrics.jsonl", s.start_step > 0);
 
   Result result;
+  // Each micro-batch's mean loss counts 1 / (micro-batches per step x replicas) of the step's.
   const double loss_scale = 1.0 / static_cast<double>(s.accumulation * topo.dp());
+  const auto on_device = at::TensorOptions().device(s.torch_device);
   const int64_t per_epoch = s.sampler->steps_per_epoch();
-  double train_seconds = 0, epoch_loss_sum = 0;
+  double train_seconds = 0;
+  StepTally tally;
+  if (s.scaler) tally.skipped_steps = s.scaler->skipped_steps();
   int64_t epoch_steps = 0;
   Evaluation last_eval;
   Stopwatch window;
@@ -624,81 +730,34 @@ Result Trainer::run() {
                                        topo.dp(), static_cast<int>(deck.data.prefetch), pipe.first(), pipe.last(),
                                        /*pin_memory=*/s.torch_device.is_cuda());
     Stopwatch epoch_watch;
-    epoch_loss_sum = 0;
+    tally.epoch_loss_sum = 0;
+    if (s.device_step) s.device_step->reset_loss_sum();
     epoch_steps = 0;
     for (int64_t step = first; step < end; ++step) {
-      const double scale = s.scaler ? s.scaler->scale() : 1.0;
-      const at::Tensor loss_on_device = pipe.run_step(static_cast<int>(s.accumulation), s.micro_batch,
-                                                      [&] { return loader->next(); }, *s.grad_sync,
-                                                      loss_scale * scale, s.times.forward, s.times.backward);
+      // fp16's scale is a device scalar when the device decides; otherwise the host's.
+      const at::Tensor loss_factor =
+          s.device_step && s.scaler ? s.device_step->loss_factor(loss_scale)
+                                    : at::full({}, loss_scale * (s.scaler ? s.scaler->scale() : 1.0), on_device);
+      const at::Tensor summed_loss = pipe.run_step(static_cast<int>(s.accumulation), s.micro_batch,
+                                                   [&] { return loader->next(); }, *s.grad_sync, loss_factor,
+                                                   s.times.forward, s.times.backward);
       s.grad_sync->finish();
-      double grad_norm = 0, step_loss = 0;
       const double lr = s.schedule.at(step);
       {
         ScopedTimer t(s.times.optimizer);
         torch::NoGradGuard no_grad;
-        at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
-        overflow_if_asked(grads, step + 1);
-        // The global norm: summed over the ZeRO partitions of the dp group and over the stages,
-        // on the device, in fp64.
-        at::Tensor squared_norm = grads.pow(2).sum().to(at::kDouble);
-        if (s.grad_sync->sharded()) s.dp_comm->all_reduce_sum(squared_norm);
-        if (topo.pp() > 1) s.pp_comm->all_reduce_sum(squared_norm);
-        // The step's one wait for the device: the norm (the skip, stop and clip decisions) and the
-        // loss come to the host together, in one copy.
-        const at::Tensor on_host = at::stack({squared_norm, loss_on_device}).cpu();
-        double squares = on_host[0].item<double>();
-        step_loss = on_host[1].item<double>();
-        // fp16: an overflow in the scaled gradients skips the step and lowers the scale; every
-        // rank sees the same global sum, so all skip together.
-        if (s.scaler && !s.scaler->update(std::isfinite(squares))) {
-          grads.zero_();
-          log::info("step {}: fp16 gradients overflowed; step skipped, loss scale now {}", step + 1,
-                    s.scaler->scale());
-        } else {
-          if (s.scaler) {
-            grads.div_(scale);
-            squares /= scale * scale;
-          }
-          // Every rank has the same global sum, so all stop here together, before the update and
-          // before any checkpoint could store damaged weights.
-          if (!std::isfinite(squares))
-            throw Diverged(fmt::format("step {}: the gradient norm is {} (loss {} on this rank); the parameters "
-                                       "were not updated and no checkpoint was written for this step; lower "
-                                       "optim.lr or check the data (data.check_finite = true)",
-                                       step + 1, std::sqrt(squares), step_loss / static_cast<double>(s.accumulation)));
-          grad_norm = optim::clip_by_global_norm(grads, squares, deck.optim.clip_grad_norm);
-          s.optimizer->step(params, grads, lr);
-        }
+        if (s.device_step)
+          update_deciding_on_device(s, step + 1, summed_loss, lr);
+        else
+          update_deciding_on_host(s, step + 1, summed_loss, lr, tally);
         s.grad_sync->after_step();
         average_buffers_over_replicas(s);
       }
-      step_loss /= static_cast<double>(s.accumulation);
-      epoch_loss_sum += step_loss;
       ++epoch_steps;
       ++window_steps;
 
-      if ((step + 1) % deck.run.log_every == 0 || step + 1 == s.total_steps) {
-        const double loss = replica_mean(s, step_loss);
-        const double rate = static_cast<double>(window_steps * deck.optim.global_batch) / window.seconds();
-        const double eta = static_cast<double>(s.total_steps - step - 1) * window.seconds() / window_steps;
-        log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
-                  epoch + 1, s.epochs, step + 1, s.total_steps, loss, lr, grad_norm, rate, eta_text(eta));
-        if (metrics) {
-          report::MetricsRecord record{step + 1, epoch, loss, lr, rate, grad_norm, {}, {}};
-          if (s.scaler) {
-            record.loss_scale = s.scaler->scale();
-            record.skipped_steps = s.scaler->skipped_steps();
-          }
-          metrics->write(record);
-        }
-        result.logged_losses.emplace_back(step + 1, loss);
-        result.logged_grad_norms.push_back(grad_norm);
-        window.reset();
-        window_steps = 0;
-      }
       // Checkpoint triggers, agreed by every rank at this step boundary: a stop signal, the step
-      // count, the clock (rank 0's). One small all-reduce per step.
+      // count, the clock (rank 0's). One small all-reduce per step, on the host.
       comm::progress().step.store(step + 1, std::memory_order_relaxed);
       stall_if_asked(s.world.rank, step + 1);
       int flags[2] = {g_stop_signal != 0 ? 1 : 0,
@@ -711,7 +770,32 @@ Result Trainer::run() {
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, s.world.comm));
       }
       const bool by_steps = deck.checkpoint.every_steps > 0 && (step + 1) % deck.checkpoint.every_steps == 0;
-      if ((flags[0] || flags[1] || by_steps) && step + 1 < s.total_steps) {
+      const bool save = (flags[0] || flags[1] || by_steps) && step + 1 < s.total_steps;
+      const bool log_now = (step + 1) % deck.run.log_every == 0 || step + 1 == s.total_steps;
+      // The device's decisions reach the host where the host needs them: to log, to save, to
+      // stop, at the end of an epoch.
+      if (s.device_step && (log_now || save || flags[0] || step + 1 == end)) read_device_step(s, tally);
+
+      if (log_now) {
+        const double loss = replica_mean(s, tally.last_loss);
+        const double rate = static_cast<double>(window_steps * deck.optim.global_batch) / window.seconds();
+        const double eta = static_cast<double>(s.total_steps - step - 1) * window.seconds() / window_steps;
+        log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
+                  epoch + 1, s.epochs, step + 1, s.total_steps, loss, lr, tally.last_norm, rate, eta_text(eta));
+        if (metrics) {
+          report::MetricsRecord record{step + 1, epoch, loss, lr, rate, tally.last_norm, {}, {}};
+          if (s.scaler) {
+            record.loss_scale = s.scaler->scale();
+            record.skipped_steps = s.scaler->skipped_steps();
+          }
+          metrics->write(record);
+        }
+        result.logged_losses.emplace_back(step + 1, loss);
+        result.logged_grad_norms.push_back(tally.last_norm);
+        window.reset();
+        window_steps = 0;
+      }
+      if (save) {
         save_checkpoint(s, step + 1);
         since_save.reset();
       }
@@ -729,7 +813,7 @@ Result Trainer::run() {
       last_eval = evaluate_test_split(s);
     }
     log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.epochs,
-              replica_mean(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps)), last_eval.loss,
+              replica_mean(s, tally.epoch_loss_sum / std::max<int64_t>(1, epoch_steps)), last_eval.loss,
               100.0 * last_eval.accuracy);
     window.reset();
     window_steps = 0;
@@ -737,7 +821,7 @@ Result Trainer::run() {
 
   if (s.start_step < s.total_steps || s.saves == 0) save_checkpoint(s, s.total_steps);  // the trained model
   result.steps = s.total_steps;
-  result.train_loss = replica_mean(s, epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
+  result.train_loss = replica_mean(s, tally.epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
   result.test_loss = last_eval.loss;
   result.test_accuracy = last_eval.accuracy;
   train_seconds = max_over_ranks(s.world.comm, train_seconds);

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# fail_fast.sh TRIDENT MPIEXEC: a rank that dies or stops making progress takes a 2-rank run
-# down within run.fail_timeout_s (here 5 s), with a message naming the rank and every rank's
+# fail_fast.sh TRIDENT MPIEXEC [nccl]: a rank that dies or stops making progress takes a 2-rank
+# run down within run.fail_timeout_s (here 5 s), with a message naming the rank and every rank's
 # last completed operation, and nothing is left running:
 #   stopped  SIGSTOP to rank 1 (the whole process frozen: no heartbeats)
 #   stalled  rank 1's main thread stuck at step 30 (TRIDENT_TEST_STALL), its heartbeat alive
 #   killed   SIGKILL to rank 1 (Hydra ends the job itself, at once)
+# With "nccl" the ranks train on two GPUs over NCCL, so rank 0 is waiting inside an NCCL
+# collective when rank 1 stops (tests/gpu registers it; exit 77, skipped, with fewer than two).
+if [ "${3:-}" = nccl ]; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  [ "${gpus:-0}" -ge 2 ] || { echo "skipped: needs 2 GPUs, ${gpus:-0} visible (nvidia-smi -L)"; exit 77; }
+fi
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 timeout_s=5
 args=(--set data.path=syn.h5 --set run.max_steps=1000000 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set model.kind=mlp --set data.prefetch=0
       --set "run.fail_timeout_s=$timeout_s")
+if [ "${3:-}" = nccl ]; then args+=(--set run.device=cuda --set parallel.backend=nccl); fi
 marker=failfast_$$
 cleanup() { pkill -KILL -f "run.name=$marker" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT

@@ -65,6 +65,25 @@ inline Trained train_on(config::Deck deck, MPI_Comm comm, const std::string& tag
   return out;
 }
 
+// Trains `deck` over `comm` in `dir`, resuming as `resume` says (--resume never | auto | PATH).
+inline Trained run_in(config::Deck deck, MPI_Comm comm, const std::string& dir, const std::string& resume) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  deck.run.output_dir = dir;
+  EXPECT_TRUE(config::validate(deck, {size, false}).empty());
+  train::Trainer trainer(deck, comm, resume);
+  Trained out;
+  out.result = trainer.run();
+  out.params = trainer.full_parameters();
+  out.output_dir = dir;
+  return out;
+}
+
+inline std::string dir_for(const std::string& name, MPI_Comm comm) {
+  // One folder per run; runs on MPI_COMM_SELF get one per rank.
+  return shared_scratch_dir() + "/" + name + (comm == MPI_COMM_SELF ? "_r" + std::to_string(world_rank()) : "");
+}
+
 // max over the parameters of `a` of max|a - b| / max|b|, matched by name (b may hold more:
 // the whole model against one pipeline stage).
 inline double max_relative_difference(const Trained& a, const Trained& b) {

@@ -39,7 +39,7 @@ TEST(Optim, AdamWMatchesTorch) {
 // The fused kernel (what a GPU rank runs, on LibTorch >= 2) against torch::optim::AdamW too,
 // here on the CPU where LibTorch >= 2.4 has it.
 TEST(Optim, FusedAdamWMatchesTorch) {
-  if (!optim::fused_adamw_built()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused AdamW on the CPU";
+  if (!optim::fused_optimizers_built()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused AdamW on the CPU";
   config::Deck deck;
   deck.optim.lr = 1e-2;
   deck.optim.weight_decay = 0.1;
@@ -79,4 +79,44 @@ TEST(Optim, ScheduleWarmupThenCosine) {
   EXPECT_NEAR(s.at(10 + 99 / 2), 0.55, 0.01);
   optim::LrSchedule c{"constant", 0.5, 0.0, 0, 100};
   EXPECT_DOUBLE_EQ(c.at(77), 0.5);
+}
+
+// The fused SGD kernel (what a GPU rank runs, on LibTorch >= 2.4) against torch::optim::SGD.
+TEST(Optim, FusedSgdMatchesTorch) {
+  if (!optim::fused_optimizers_built()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused SGD on the CPU";
+  config::Deck deck;
+  deck.optim.name = "sgd";
+  deck.optim.lr = 0.05;
+  deck.optim.momentum = 0.9;
+  deck.optim.weight_decay = 1e-3;
+  auto p = torch::randn({100}).requires_grad_(true);
+  torch::optim::SGD reference({p}, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+  expect_matches_torch(deck, reference, p, /*fused=*/true);
+}
+
+// step_unless: a skipped update leaves parameters, state and the step count as they were; an
+// unskipped one is step() bit for bit, for AdamW and SGD (the GPU's path, with the decision on
+// the device).
+TEST(Optim, StepUnlessSkipsExactlyWhereFlagged) {
+  if (!optim::fused_optimizers_built()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused optimizers";
+  for (const std::string name : {"adamw", "sgd"}) {
+    config::Deck deck;
+    deck.optim.name = name;
+    deck.optim.momentum = 0.9;
+    deck.optim.weight_decay = 0.01;
+    auto host = optim::make_optimizer(deck, /*fused=*/true), device = optim::make_optimizer(deck, /*fused=*/true);
+    torch::manual_seed(3);
+    auto p_host = torch::randn({300}), p_device = p_host.clone();
+    const std::vector<bool> skips{false, true, false, true, true, false};
+    for (size_t i = 0; i < skips.size(); ++i) {
+      const auto g = torch::randn({300});
+      if (!skips[i]) host->step(p_host, g, 1e-2);
+      device->step_unless(p_device, g, 1e-2, torch::full({}, skips[i] ? 1.0 : 0.0));
+      ASSERT_TRUE(torch::equal(p_host, p_device)) << name << " step " << i;
+    }
+    EXPECT_EQ(device->steps(), 3) << name;
+    const auto host_state = host->state(), device_state = device->state();
+    for (size_t k = 0; k < host_state.size(); ++k)
+      EXPECT_TRUE(torch::equal(host_state[k].second, device_state[k].second)) << name << " " << host_state[k].first;
+  }
 }

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "optim/device_step.hpp"
+#include "optim/optimizer.hpp"
 #include "optim/precision.hpp"
 
 using namespace trident;
@@ -49,4 +51,67 @@ TEST(Autocast, Bf16MatmulsInsideTheScopeFp32Outside) {
     optim::AutocastScope off(optim::compute_type("fp32"), false);
     EXPECT_EQ(linear->forward(x).scalar_type(), torch::kFloat);
   }
+}
+
+// The step's decisions on the device (a GPU step's path) against the host's rules they replace:
+// LossScaler for fp16's skip and scale, clip_by_global_norm for clipping. Gradients, scale, window
+// and skip count bit for bit over steps with and without overflows, clipping and not.
+TEST(DeviceStep, Fp16DecisionsEqualTheHostRules) {
+  optim::LossScaler host(1024.0, 2.0, 0.5, 2), on_device_state(1024.0, 2.0, 0.5, 2);
+  optim::DeviceStep device(torch::TensorOptions(), /*clip_norm=*/1.0, /*accumulation=*/2, &on_device_state);
+  torch::manual_seed(5);
+  const std::vector<bool> overflow{false, false, true, false, false, false, true, true, false};
+  for (size_t i = 0; i < overflow.size(); ++i) {
+    // Scaled gradients; every other step small enough not to clip.
+    auto grads = torch::randn({64}) * host.scale() * (i % 2 ? 0.01 : 1.0);
+    if (overflow[i]) grads[7] = INFINITY;
+    auto expected = grads.clone();
+    const auto squared = grads.pow(2).sum().to(torch::kDouble);
+    const double scale = host.scale();
+    double squares = squared.item<double>(), norm = 0;
+    if (host.update(std::isfinite(squares))) {
+      expected.div_(scale);
+      squares /= scale * scale;
+      norm = optim::clip_by_global_norm(expected, squares, 1.0);
+    }
+    EXPECT_EQ(device.loss_factor(0.25).item<float>(), static_cast<float>(0.25 * scale)) << "step " << i;
+    const auto skip = device.decide(grads, squared, torch::full({}, 3.0, torch::kDouble), static_cast<int64_t>(i + 1));
+    EXPECT_EQ(skip.item<float>(), overflow[i] ? 1.0f : 0.0f) << "step " << i;
+    const auto reading = device.read();
+    if (!overflow[i]) {
+      EXPECT_TRUE(torch::equal(grads, expected)) << "step " << i;
+    }
+    EXPECT_EQ(reading.last_norm, norm) << "step " << i;
+    EXPECT_EQ(reading.last_loss, 1.5);
+    EXPECT_EQ(reading.diverged_step, 0);
+    EXPECT_EQ(on_device_state.scale(), host.scale()) << "step " << i;
+    EXPECT_EQ(on_device_state.good_steps(), host.good_steps()) << "step " << i;
+    EXPECT_EQ(on_device_state.skipped_steps(), host.skipped_steps()) << "step " << i;
+  }
+  EXPECT_EQ(host.skipped_steps(), 3);
+  EXPECT_EQ(device.read().loss_sum, 1.5 * static_cast<double>(overflow.size()));
+}
+
+// fp32/bf16: the first non-finite norm is recorded with its step, norm and loss, and every
+// update from it on is skipped (the host stops the run when it reads it).
+TEST(DeviceStep, DivergenceIsRecordedAndSkipsEveryLaterUpdate) {
+  optim::DeviceStep device(torch::TensorOptions(), /*clip_norm=*/0.0, /*accumulation=*/1, nullptr);
+  EXPECT_FALSE(device.loss_factor(0.5).defined());
+  for (int64_t step = 1; step <= 5; ++step) {
+    auto grads = torch::ones({8});
+    if (step == 3) grads[0] = NAN;
+    const auto expected = grads.clone();
+    const auto skip = device.decide(grads, grads.pow(2).sum().to(torch::kDouble),
+                                    torch::full({}, static_cast<double>(step), torch::kDouble), step);
+    EXPECT_EQ(skip.item<float>(), step >= 3 ? 1.0f : 0.0f) << "step " << step;
+    if (step != 3) {
+      EXPECT_TRUE(torch::equal(grads, expected)) << "clip_norm 0 leaves gradients alone";
+    }
+  }
+  const auto reading = device.read();
+  EXPECT_EQ(reading.diverged_step, 3);
+  EXPECT_TRUE(std::isnan(reading.diverged_norm));
+  EXPECT_EQ(reading.diverged_loss, 3.0);
+  EXPECT_EQ(reading.last_norm, torch::scalar_tensor(8.0, torch::kDouble).sqrt().item<double>());
+  EXPECT_NEAR(reading.last_norm, std::sqrt(8.0), 1e-15);
 }
