@@ -38,43 +38,28 @@
 #include "report/report.hpp"
 #include "train/plan.hpp"
 #include "train/run_folder.hpp"
+#include "train/run_summary.hpp"
+#include "train/step.hpp"
+#include "train/trainer_state.hpp"
 
 namespace trident::train {
 
-struct Trainer::State {
-  config::Deck deck;
-  comm::World world;
-  std::unique_ptr<parallel::Topology> topology;
-  std::unique_ptr<comm::Communicator> dp_comm, pp_comm;  // parallel.backend's (comm/backend.hpp)
-  std::unique_ptr<comm::Communicator> pp_gradient_comm;  // NCCL: the pipeline's gradients (pipeline.hpp)
-  std::unique_ptr<parallel::Pipeline> pipeline;
-  std::shared_ptr<data::SplitReader> train_split, test_split;
-  std::unique_ptr<data::GlobalSampler> sampler;
-  model::LayerStack model{nullptr};
-  std::unique_ptr<optim::FlatParams> flat;
-  std::unique_ptr<parallel::GradSync> grad_sync;
-  std::unique_ptr<optim::Optimizer> optimizer;
-  optim::LrSchedule schedule;
-  std::unique_ptr<optim::LossScaler> scaler;  // fp16 only
-  // The step's skip/clip/stop decisions made on the device (GPUs, fused optimizers; one host
-  // sync per logging interval); null: made on the host after one copy per step.
-  std::unique_ptr<optim::DeviceStep> device_step;
-  std::string device = "cpu";                 // where this rank trains (comm/device_placement.hpp)
-  c10::Device torch_device{c10::kCPU};        // the same, for tensors
-  int cuda_index = -1;                        // its CUDA device, -1 on the CPU
-  int threads = 1;
-  std::pair<int, int> stage_layers{0, 0};  // [first, end) of the model's layers on this stage
-  int64_t micro_batch = 1, accumulation = 1, total_steps = 0, epochs = 0;  // micro_batch: resolved (auto)
-  report::PhaseTimes times;
-  // The whole model as checkpoints store it (every stage), and what was restored.
-  std::vector<checkpoint::TensorEntry> all_params, all_buffers;
-  int64_t start_step = 0;
-  std::string resumed_from;
-  int64_t saves = 0;
-  double bytes_written = 0, bytes_read = 0, read_seconds = 0;
-  std::unique_ptr<RunFolder> run_folder;     // rank 0 holds run.output_dir's lock while it lives
-  std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
-};
+// One number reduced over `comm` (a communication operation the watchdog sees).
+static double reduce_over(MPI_Comm comm, double value, MPI_Op op) {
+  double out = value;
+  comm::OpScope scope(comm::Op::all_reduce);
+  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op, comm));
+  return out;
+}
+
+double sum_over(MPI_Comm comm, double local) { return reduce_over(comm, local, MPI_SUM); }
+
+// The mean over replicas of a value only the last stage has (0 on other stages).
+double replica_mean(Trainer::State& s, double last_stage_value) {
+  return sum_over(s.world.comm, s.pipeline->last() ? last_stage_value : 0.0) / s.topology->dp();
+}
+
+double max_over_ranks(MPI_Comm comm, double value) { return reduce_over(comm, value, MPI_MAX); }
 
 namespace {
 // Set by SIGUSR1 / SIGTERM (SLURM's --signal=B:USR1@N, preemption); acted on at a step boundary.
@@ -207,32 +192,6 @@ void build_stage(Trainer::State& s) {
                                                     shapes[static_cast<size_t>(end)], deck.parallel.schedule);
 }
 
-// Batch-norm running statistics: each dp replica updates them from its own micro-batches, so
-// at the end of every step they are replaced by their mean over the replicas (one all-reduce of
-// the stage's float buffers, flattened). Every replica then holds the same statistics at every
-// step boundary, whatever happens there: a save or an evaluation reads them and changes
-// nothing, so a run that saved follows the same path, bit for bit, as one that did not, and
-// the saved model is the model every rank evaluates. (DDP instead broadcasts rank 0's buffers
-// before each forward, dropping the other replicas' statistics.)
-void average_buffers_over_replicas(Trainer::State& s) {
-  if (s.dp_comm->size() == 1) return;
-  torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> buffers;
-  for (auto& b : s.model->buffers())
-    if (b.is_floating_point()) buffers.push_back(b);
-  if (buffers.empty()) return;  // the same on every replica: they hold the same stage
-  std::vector<at::Tensor> flat_views;
-  for (auto& b : buffers) flat_views.push_back(b.reshape({-1}).to(at::kFloat));
-  at::Tensor flat = at::cat(flat_views);
-  s.dp_comm->all_reduce_sum(flat);
-  flat.div_(s.dp_comm->size());
-  int64_t offset = 0;
-  for (auto& b : buffers) {
-    b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
-    offset += b.numel();
-  }
-}
-
 struct Evaluation {
   double loss = 0, accuracy = 0;
 };
@@ -280,54 +239,6 @@ void stall_if_asked(int rank, int64_t step) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-// Fault injection for the fp16 tests: TRIDENT_TEST_GRADIENT_OVERFLOW=STEP puts an Inf into this
-// rank's gradients of that (1-based) step, as an overflowing fp16 backward would.
-void overflow_if_asked(at::Tensor& grads, int64_t step) {
-  const char* spec = std::getenv("TRIDENT_TEST_GRADIENT_OVERFLOW");  // read each time: tests set it per run
-  if (spec && std::atoll(spec) == step && grads.numel() > 0) grads.narrow(0, 0, 1).fill_(INFINITY);
-}
-
-// The gradients' global squared norm, on the device in fp64: summed over the ZeRO partitions of
-// the dp group and over the stages, so every rank has the same number.
-at::Tensor global_squared_norm(Trainer::State& s, const at::Tensor& grads) {
-  at::Tensor squared_norm = grads.pow(2).sum().to(at::kDouble);
-  if (s.grad_sync->sharded()) s.dp_comm->all_reduce_sum(squared_norm);
-  if (s.topology->pp() > 1) s.pp_comm->all_reduce_sum(squared_norm);
-  return squared_norm;
-}
-
-// One number reduced over `comm` (a communication operation the watchdog sees).
-double reduce_over(MPI_Comm comm, double value, MPI_Op op) {
-  double out = value;
-  comm::OpScope scope(comm::Op::all_reduce);
-  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op, comm));
-  return out;
-}
-
-double sum_over(MPI_Comm comm, double local) { return reduce_over(comm, local, MPI_SUM); }
-
-// The mean over replicas of a value only the last stage has (0 on other stages).
-double replica_mean(Trainer::State& s, double last_stage_value) {
-  return sum_over(s.world.comm, s.pipeline->last() ? last_stage_value : 0.0) / s.topology->dp();
-}
-
-std::string eta_text(double seconds) {
-  const auto total = static_cast<int64_t>(seconds + 0.5);
-  if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total / 60) % 60);
-  return fmt::format("{}m{:02}s", total / 60, total % 60);
-}
-
-double max_over_ranks(MPI_Comm comm, double value) { return reduce_over(comm, value, MPI_MAX); }
-
-// run.peak_tflops = 0 on a GPU in bf16/fp16: the dense 16-bit tensor-core peak of the GPUs this
-// is known for (H100/H200 SXM 989, A100 312 TFLOP/s); 0 (no MFU) otherwise.
-double default_peak_tflops(const Trainer::State& s) {
-  if (!s.torch_device.is_cuda() || s.deck.optim.precision == "fp32") return 0;
-  const std::string name = comm::cuda_device_name(s.cuda_index);
-  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989;
-  if (name.find("A100") != std::string::npos) return 312;
-  return 0;
-}
 
 // ---- checkpoints
 
@@ -458,94 +369,6 @@ void load_checkpoint(Trainer::State& s, const std::string& path) {
   s.resumed_from = path;
 }
 
-// TRIDENT_TEST_STEP_DECISIONS = host | device: tests run both ways on the CPU over the same
-// (fused) optimizer kernels and compare them bit for bit. Unset: on the device where it pays.
-std::string forced_step_decisions() {
-  const char* forced = std::getenv("TRIDENT_TEST_STEP_DECISIONS");
-  return forced ? forced : "";
-}
-
-// Where a step's decisions are made: on a GPU the host would otherwise wait for the device once
-// a step; that needs the fused optimizer kernels, which skip on a device flag (LibTorch >= 2.4).
-void choose_step_decisions(Trainer::State& s) {
-  const std::string forced = forced_step_decisions();
-  const bool on_device =
-      forced.empty() ? s.torch_device.is_cuda() && s.optimizer->skips_on_device() : forced == "device";
-  if (on_device)
-    s.device_step = std::make_unique<optim::DeviceStep>(at::TensorOptions().device(s.torch_device),
-                                                        s.deck.optim.clip_grad_norm, s.accumulation, s.scaler.get());
-}
-
-// `found_later`: the device found it, and the host learns it at a later step.
-std::string diverged_message(int64_t step, double norm, double loss, bool found_later) {
-  return fmt::format("step {}: the gradient norm is {} (loss {} on this rank); {}; lower optim.lr or check the data "
-                     "(data.check_finite = true)",
-                     step, norm, loss,
-                     found_later ? "the parameters were not updated from that step on and no checkpoint was written since"
-                                 : "the parameters were not updated and no checkpoint was written for this step");
-}
-
-// What the log reports of the steps so far; known at once when the host decides each step, and
-// at the sync points when the device does.
-struct StepTally {
-  double last_loss = 0, last_norm = 0, epoch_loss_sum = 0;
-  int64_t skipped_steps = 0;  // fp16 overflows, as last logged
-};
-
-// The step's update with the decisions on the host: one copy of the norm and the loss per step.
-void update_deciding_on_host(Trainer::State& s, int64_t step, const at::Tensor& summed_loss, double lr,
-                             StepTally& tally) {
-  at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
-  const double scale = s.scaler ? s.scaler->scale() : 1.0;  // the scale this step's backward used
-  overflow_if_asked(grads, step);
-  const at::Tensor squared_norm = global_squared_norm(s, grads);
-  const at::Tensor on_host = at::stack({squared_norm, summed_loss}).cpu();
-  double squares = on_host[0].item<double>();
-  const double step_loss = on_host[1].item<double>() / static_cast<double>(s.accumulation);
-  double grad_norm = 0;
-  // fp16: an overflow in the scaled gradients skips the step and lowers the scale; every rank
-  // sees the same global sum, so all skip together.
-  if (s.scaler && !s.scaler->update(std::isfinite(squares))) {
-    log::info("step {}: fp16 gradients overflowed; step skipped, loss scale now {}", step, s.scaler->scale());
-  } else {
-    if (s.scaler) {
-      grads.div_(scale);
-      squares /= scale * scale;
-    }
-    // Every rank has the same global sum, so all stop here together, before the update and
-    // before any checkpoint could store damaged weights.
-    if (!std::isfinite(squares)) throw Diverged(diverged_message(step, std::sqrt(squares), step_loss, false));
-    grad_norm = optim::clip_by_global_norm(grads, squares, s.deck.optim.clip_grad_norm);
-    s.optimizer->step(params, grads, lr);
-  }
-  tally.last_loss = step_loss;
-  tally.last_norm = grad_norm;
-  tally.epoch_loss_sum += step_loss;
-}
-
-// The same update with the decisions on the device (optim/device_step.hpp): no host wait.
-void update_deciding_on_device(Trainer::State& s, int64_t step, const at::Tensor& summed_loss, double lr) {
-  at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
-  overflow_if_asked(grads, step);
-  const at::Tensor skip = s.device_step->decide(grads, global_squared_norm(s, grads), summed_loss, step);
-  s.optimizer->step_unless(params, grads, lr, skip);
-}
-
-// The device's decisions reach the host: the tally for the log, and a divergence stops the run
-// here, before anything is logged or saved.
-void read_device_step(Trainer::State& s, StepTally& tally) {
-  const optim::DeviceStepReading r = s.device_step->read();
-  if (r.diverged_step > 0) throw Diverged(diverged_message(r.diverged_step, r.diverged_norm, r.diverged_loss, true));
-  if (r.skipped_steps > tally.skipped_steps)
-    log::info("fp16 gradients overflowed in {} step(s) since the last report; those steps were skipped, loss scale "
-              "now {}",
-              r.skipped_steps - tally.skipped_steps, s.scaler->scale());
-  tally.last_loss = r.last_loss;
-  tally.last_norm = r.last_norm;
-  tally.epoch_loss_sum = r.loss_sum;
-  tally.skipped_steps = r.skipped_steps;
-}
-
 }  // namespace
 
 Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& resume) : s_(std::make_unique<State>()) {
@@ -662,12 +485,11 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::full_optimizer_state() 
   return out;
 }
 
-Result Trainer::run() {
-  auto& s = *s_;
+namespace {
+
+void log_layout(const Trainer::State& s) {
   const auto& deck = s.deck;
   const auto& topo = *s.topology;
-  Stopwatch wall;
-
   log::info("trident {} | LibTorch {} | {}", TRIDENT_VERSION, TORCH_VERSION, topo.describe());
   std::string nodes;
   for (const auto& n : s.world.node_names) nodes += (nodes.empty() ? "" : ",") + n;
@@ -677,135 +499,167 @@ Result Trainer::run() {
             s.device, s.grad_sync->name(), s.threads, deck.optim.global_batch, s.micro_batch, topo.dp(), s.accumulation);
   log::info("model {}: stage {} runs layers [{}, {}) with {} parameters | data {}: {} train / {} test samples, "
             "{} steps/epoch, {} steps",
-            deck.model.kind, topo.stage(), s.stage_layers.first, s.stage_layers.second, s.flat->numel(), deck.data.path, s.train_split->size(), s.test_split->size(),
-            s.sampler->steps_per_epoch(), s.total_steps);
+            deck.model.kind, topo.stage(), s.stage_layers.first, s.stage_layers.second, s.flat->numel(), deck.data.path,
+            s.train_split->size(), s.test_split->size(), s.sampler->steps_per_epoch(), s.total_steps);
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
+}
 
-  if (s.start_step >= s.total_steps) {
-    // A requeued job whose run had already finished: the checkpoint holds the trained model and
-    // report.json / metrics.jsonl describe that run. Rewriting them from zero steps would put
-    // zero throughput and no losses where the real figures are; evaluate and leave them be.
-    const Evaluation done = evaluate_test_split(s);
-    log::info("nothing to train: {} is at step {} of {}; report.json and metrics.jsonl left as they are | test "
-              "loss {:.4f} | test accuracy {:.2f}%",
-              s.resumed_from, s.start_step, s.total_steps, done.loss, 100.0 * done.accuracy);
-    s.watchdog->stop();
-    Result result;
-    result.steps = s.total_steps;
-    result.first_step = s.start_step;
-    result.resumed_from = s.resumed_from;
-    result.test_loss = done.loss;
-    result.test_accuracy = done.accuracy;
-    return result;
-  }
-
-  std::unique_ptr<report::MetricsLog> metrics;
-  if (s.world.rank == 0)
-    metrics = std::make_unique<report::MetricsLog>(deck.run.output_dir + "/metrics.jsonl", s.start_step > 0);
-
+// A requeued job whose run had already finished: the checkpoint holds the trained model and
+// report.json / metrics.jsonl describe that run. Rewriting them from zero steps would put zero
+// throughput and no losses where the real figures are; evaluate and leave them be.
+Result already_trained(Trainer::State& s) {
+  const Evaluation done = evaluate_test_split(s);
+  log::info("nothing to train: {} is at step {} of {}; report.json and metrics.jsonl left as they are | test "
+            "loss {:.4f} | test accuracy {:.2f}%",
+            s.resumed_from, s.start_step, s.total_steps, done.loss, 100.0 * done.accuracy);
+  s.watchdog->stop();
   Result result;
-  // Each micro-batch's mean loss counts 1 / (micro-batches per step x replicas) of the step's.
-  const double loss_scale = 1.0 / static_cast<double>(s.accumulation * topo.dp());
-  const auto on_device = at::TensorOptions().device(s.torch_device);
-  const int64_t per_epoch = s.sampler->steps_per_epoch();
-  double train_seconds = 0;
-  StepTally tally;
-  if (s.scaler) tally.skipped_steps = s.scaler->skipped_steps();
-  int64_t epoch_steps = 0;
-  Evaluation last_eval;
-  Stopwatch window;
-  int64_t window_steps = 0;
-
+  result.steps = s.total_steps;
   result.first_step = s.start_step;
   result.resumed_from = s.resumed_from;
+  result.test_loss = done.loss;
+  result.test_accuracy = done.accuracy;
+  return result;
+}
+
+// What happens at a step boundary, agreed by every rank: log (every run.log_every steps and the
+// last), save (checkpoint.every_steps, checkpoint.every_minutes by rank 0's clock, a stop
+// signal; never the last step, which the end of the run saves), stop (SIGUSR1/SIGTERM on any
+// rank). One small all-reduce per step, on the host.
+struct StepBoundary {
+  bool log = false, save = false, stop = false;
+};
+
+StepBoundary agree_at_step_end(Trainer::State& s, int64_t steps_done, const Stopwatch& since_save) {
+  const auto& deck = s.deck;
+  int flags[2] = {g_stop_signal != 0 ? 1 : 0,
+                  s.world.rank == 0 && deck.checkpoint.every_minutes > 0 &&
+                          since_save.seconds() >= 60.0 * deck.checkpoint.every_minutes
+                      ? 1
+                      : 0};
+  {
+    comm::OpScope scope(comm::Op::all_reduce);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, s.world.comm));
+  }
+  const bool by_steps = deck.checkpoint.every_steps > 0 && steps_done % deck.checkpoint.every_steps == 0;
+  StepBoundary due;
+  due.stop = flags[0] != 0;
+  due.save = (due.stop || flags[1] || by_steps) && steps_done < s.total_steps;
+  due.log = steps_done % deck.run.log_every == 0 || steps_done == s.total_steps;
+  return due;
+}
+
+std::string eta_text(double seconds) {
+  const auto total = static_cast<int64_t>(seconds + 0.5);
+  if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total / 60) % 60);
+  return fmt::format("{}m{:02}s", total / 60, total % 60);
+}
+
+// The progress a run shows: the log line and metrics.jsonl (rank 0) every run.log_every steps,
+// with the samples/s of the steps since the last one, and the Result's loss series.
+class ProgressLog {
+ public:
+  ProgressLog(const Trainer::State& s, Result& result) : s_(s), result_(result) {
+    if (s.world.rank == 0)
+      metrics_ = std::make_unique<report::MetricsLog>(s.deck.run.output_dir + "/metrics.jsonl", s.start_step > 0);
+  }
+  void step_done() { ++window_steps_; }
+  // After an epoch's evaluation: its time is not the next window's.
+  void restart_window() {
+    window_.reset();
+    window_steps_ = 0;
+  }
+  void close() { metrics_.reset(); }
+
+  void log(Trainer::State& s, int64_t steps_done, int64_t epoch, double lr, const StepTally& tally) {
+    const auto& deck = s.deck;
+    const double loss = replica_mean(s, tally.last_loss);
+    const double rate = static_cast<double>(window_steps_ * deck.optim.global_batch) / window_.seconds();
+    const double eta = static_cast<double>(s.total_steps - steps_done) * window_.seconds() / window_steps_;
+    log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
+              epoch + 1, s.epochs, steps_done, s.total_steps, loss, lr, tally.last_norm, rate, eta_text(eta));
+    if (metrics_) {
+      report::MetricsRecord record{steps_done, epoch, loss, lr, rate, tally.last_norm, {}, {}};
+      if (s.scaler) {
+        record.loss_scale = s.scaler->scale();
+        record.skipped_steps = s.scaler->skipped_steps();
+      }
+      metrics_->write(record);
+    }
+    result_.logged_losses.emplace_back(steps_done, loss);
+    result_.logged_grad_norms.push_back(tally.last_norm);
+    restart_window();
+  }
+
+ private:
+  const Trainer::State& s_;
+  Result& result_;
+  std::unique_ptr<report::MetricsLog> metrics_;
+  Stopwatch window_;
+  int64_t window_steps_ = 0;
+};
+
+// The epoch's training micro-batches for this rank: only the first stage reads inputs and only
+// the last reads labels; middle stages read nothing (null).
+std::unique_ptr<data::Prefetcher> open_train_loader(Trainer::State& s, int64_t first, int64_t end) {
+  const auto& pipe = *s.pipeline;
+  const auto& topo = *s.topology;
+  if (!pipe.first() && !pipe.last()) return nullptr;
+  return data::make_train_loader(s.train_split, *s.sampler, first, end, s.micro_batch, topo.dp_rank(), topo.dp(),
+                                 static_cast<int>(s.deck.data.prefetch), pipe.first(), pipe.last(),
+                                 /*pin_memory=*/s.torch_device.is_cuda());
+}
+
+}  // namespace
+
+Result Trainer::run() {
+  auto& s = *s_;
+  Stopwatch wall;
+  log_layout(s);
+  if (s.start_step >= s.total_steps) return already_trained(s);
+
+  Result result;
+  result.first_step = s.start_step;
+  result.resumed_from = s.resumed_from;
+  ProgressLog progress(s, result);
+  StepTally tally;
+  if (s.scaler) tally.skipped_steps = s.scaler->skipped_steps();
+  Evaluation last_eval;
+  double train_seconds = 0;
+  int64_t epoch_steps = 0;
   Stopwatch since_save;
+  const int64_t per_epoch = s.sampler->steps_per_epoch();
   for (int64_t epoch = s.sampler->epoch_of(std::min(s.start_step, s.total_steps - 1)); epoch < s.epochs; ++epoch) {
     const int64_t first = std::max(epoch * per_epoch, s.start_step), end = std::min(s.total_steps, (epoch + 1) * per_epoch);
     if (first >= end) continue;
-    auto& pipe = *s.pipeline;
-    // Only the first stage reads inputs and only the last reads labels; middle stages read nothing.
-    std::unique_ptr<data::Prefetcher> loader;
-    if (pipe.first() || pipe.last())
-      loader = data::make_train_loader(s.train_split, *s.sampler, first, end, s.micro_batch, topo.dp_rank(),
-                                       topo.dp(), static_cast<int>(deck.data.prefetch), pipe.first(), pipe.last(),
-                                       /*pin_memory=*/s.torch_device.is_cuda());
+    const auto loader = open_train_loader(s, first, end);
     Stopwatch epoch_watch;
     tally.epoch_loss_sum = 0;
     if (s.device_step) s.device_step->reset_loss_sum();
     epoch_steps = 0;
+    // ---- the training loop
     for (int64_t step = first; step < end; ++step) {
-      // fp16's scale is a device scalar when the device decides; otherwise the host's.
-      const at::Tensor loss_factor =
-          s.device_step && s.scaler ? s.device_step->loss_factor(loss_scale)
-                                    : at::full({}, loss_scale * (s.scaler ? s.scaler->scale() : 1.0), on_device);
-      const at::Tensor summed_loss = pipe.run_step(static_cast<int>(s.accumulation), s.micro_batch,
-                                                   [&] { return loader->next(); }, *s.grad_sync, loss_factor,
-                                                   s.times.forward, s.times.backward);
-      s.grad_sync->finish();
-      const double lr = s.schedule.at(step);
-      {
-        ScopedTimer t(s.times.optimizer);
-        torch::NoGradGuard no_grad;
-        if (s.device_step)
-          update_deciding_on_device(s, step + 1, summed_loss, lr);
-        else
-          update_deciding_on_host(s, step + 1, summed_loss, lr, tally);
-        s.grad_sync->after_step();
-        average_buffers_over_replicas(s);
-      }
+      train_step(s, step, loader.get(), tally);
       ++epoch_steps;
-      ++window_steps;
-
-      // Checkpoint triggers, agreed by every rank at this step boundary: a stop signal, the step
-      // count, the clock (rank 0's). One small all-reduce per step, on the host.
+      progress.step_done();
       comm::progress().step.store(step + 1, std::memory_order_relaxed);
       stall_if_asked(s.world.rank, step + 1);
-      int flags[2] = {g_stop_signal != 0 ? 1 : 0,
-                      s.world.rank == 0 && deck.checkpoint.every_minutes > 0 &&
-                              since_save.seconds() >= 60.0 * deck.checkpoint.every_minutes
-                          ? 1
-                          : 0};
-      {
-        comm::OpScope scope(comm::Op::all_reduce);
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, s.world.comm));
-      }
-      const bool by_steps = deck.checkpoint.every_steps > 0 && (step + 1) % deck.checkpoint.every_steps == 0;
-      const bool save = (flags[0] || flags[1] || by_steps) && step + 1 < s.total_steps;
-      const bool log_now = (step + 1) % deck.run.log_every == 0 || step + 1 == s.total_steps;
-      // The device's decisions reach the host where the host needs them: to log, to save, to
-      // stop, at the end of an epoch.
-      if (s.device_step && (log_now || save || flags[0] || step + 1 == end)) read_device_step(s, tally);
-
-      if (log_now) {
-        const double loss = replica_mean(s, tally.last_loss);
-        const double rate = static_cast<double>(window_steps * deck.optim.global_batch) / window.seconds();
-        const double eta = static_cast<double>(s.total_steps - step - 1) * window.seconds() / window_steps;
-        log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
-                  epoch + 1, s.epochs, step + 1, s.total_steps, loss, lr, tally.last_norm, rate, eta_text(eta));
-        if (metrics) {
-          report::MetricsRecord record{step + 1, epoch, loss, lr, rate, tally.last_norm, {}, {}};
-          if (s.scaler) {
-            record.loss_scale = s.scaler->scale();
-            record.skipped_steps = s.scaler->skipped_steps();
-          }
-          metrics->write(record);
-        }
-        result.logged_losses.emplace_back(step + 1, loss);
-        result.logged_grad_norms.push_back(tally.last_norm);
-        window.reset();
-        window_steps = 0;
-      }
-      if (save) {
+      const StepBoundary due = agree_at_step_end(s, step + 1, since_save);
+      // The device's decisions reach the host where the host needs them (a divergence stops here).
+      if (s.device_step && (due.log || due.save || due.stop || step + 1 == end)) read_device_step(s, tally);
+      if (due.log) progress.log(s, step + 1, epoch, s.schedule.at(step), tally);
+      if (due.save) {
         save_checkpoint(s, step + 1);
         since_save.reset();
       }
-      if (flags[0]) {
-        if (metrics) metrics.reset();
+      if (due.stop) {
+        progress.close();
         s.watchdog->stop();
         throw StoppedBySignal(fmt::format("stopped by a signal after step {}; checkpoint committed in {}", step + 1,
                                           checkpoint_dir(s)));
       }
     }
+    // ---- end of epoch: evaluation
     if (loader) s.times.data_wait += loader->wait_seconds();
     train_seconds += epoch_watch.seconds();
     {
@@ -815,101 +669,28 @@ Result Trainer::run() {
     log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.epochs,
               replica_mean(s, tally.epoch_loss_sum / std::max<int64_t>(1, epoch_steps)), last_eval.loss,
               100.0 * last_eval.accuracy);
-    window.reset();
-    window_steps = 0;
+    progress.restart_window();
   }
 
-  if (s.start_step < s.total_steps || s.saves == 0) save_checkpoint(s, s.total_steps);  // the trained model
+  // ---- end of run: the trained model, the result, report.json
+  if (s.start_step < s.total_steps || s.saves == 0) save_checkpoint(s, s.total_steps);
+  progress.close();
   result.steps = s.total_steps;
   result.train_loss = replica_mean(s, tally.epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
   result.test_loss = last_eval.loss;
   result.test_accuracy = last_eval.accuracy;
   train_seconds = max_over_ranks(s.world.comm, train_seconds);
-  result.samples_per_s =
-      static_cast<double>((s.total_steps - s.start_step) * deck.optim.global_batch) / std::max(train_seconds, 1e-9);
+  result.samples_per_s = static_cast<double>((s.total_steps - s.start_step) * s.deck.optim.global_batch) /
+                         std::max(train_seconds, 1e-9);
   s.times.comm_exposed = s.grad_sync->exposed_comm_seconds();
   s.times.total = wall.seconds();
-
-  report::Summary summary;
-  summary.deck = deck;
-  summary.layout = {s.world.size, s.world.node_count, topo.dp(), topo.pp(), static_cast<int>(deck.parallel.zero),
-                    s.dp_comm->backend(), s.device, deck.parallel.schedule, s.micro_batch, s.accumulation, s.threads};
-  summary.steps = s.total_steps;
-  summary.epochs = s.epochs;
-  summary.parameters = static_cast<int64_t>(sum_over(s.world.comm, static_cast<double>(s.flat->numel())) / topo.dp());
-  summary.train_loss = result.train_loss;
-  summary.test_loss = result.test_loss;
-  summary.test_accuracy = result.test_accuracy;
-  summary.samples_per_s = result.samples_per_s;
-  if (s.train_split->tokens()) {
-    // Per token: 6 N for the matmul parameters (all but the token and position tables) plus
-    // attention's matmuls (model/gpt.hpp); achieved TFLOP/s per rank, as Megatron reports it.
-    const int64_t vocab = train::input_spec(deck, *s.train_split).classes;
-    const int64_t matmul_params = summary.parameters - (vocab + deck.model.seq_len) * deck.model.d_model;
-    summary.tokens_per_s = result.samples_per_s * static_cast<double>(deck.model.seq_len);
-    summary.tflops = *summary.tokens_per_s *
-                     model::gpt_flops_per_token(matmul_params, deck.model.layers, deck.model.seq_len, deck.model.d_model) /
-                     1e12 / s.world.size;
-    if (deck.run.peak_tflops > 0) summary.peak_tflops = deck.run.peak_tflops;
-    else if (const double peak = default_peak_tflops(s); peak > 0) summary.peak_tflops = peak;
-    if (summary.peak_tflops) summary.mfu = *summary.tflops / *summary.peak_tflops;
-  }
-  if (s.scaler) {
-    summary.loss_scale = s.scaler->scale();
-    summary.skipped_steps = s.scaler->skipped_steps();
-  }
-  summary.step_time_s = train_seconds / static_cast<double>(std::max<int64_t>(1, s.total_steps - s.start_step));
-  summary.resumed_from = s.resumed_from;
-  summary.checkpoint_saves = s.saves;
-  summary.gathers = s.grad_sync->gathers();
-  summary.gathers_prefetched = s.grad_sync->gathers_prefetched();
-  summary.checkpoint_write_gb_per_s = s.times.checkpoint > 0 ? s.bytes_written / s.times.checkpoint / 1e9 : 0;
-  const double read_seconds = max_over_ranks(s.world.comm, s.read_seconds);
-  summary.checkpoint_read_gb_per_s = read_seconds > 0 ? sum_over(s.world.comm, s.bytes_read) / read_seconds / 1e9 : 0;
-  for (double* t : {&s.times.total, &s.times.data_wait, &s.times.forward, &s.times.backward, &s.times.comm_exposed,
-                    &s.times.optimizer, &s.times.checkpoint, &s.times.evaluation})
-    *t = max_over_ranks(s.world.comm, *t);
-  summary.time = s.times;
-  const int64_t optimizer_k = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
-  const auto state = s.grad_sync->state_bytes();
-  auto max_bytes = [&](int64_t v) { return static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(v))); };
-  summary.memory = {max_bytes(state.params), max_bytes(state.grads), max_bytes(s.optimizer->state_bytes()),
-                    max_bytes(state.master),
-                    max_bytes(parallel::expected_state_bytes(static_cast<int>(deck.parallel.zero), s.flat->numel(),
-                                                             topo.dp(), optimizer_k))};
-  // Per stage (from its dp rank 0): compute, time blocked on neighbours, bubble, activations.
-  const auto& st = s.pipeline->stats();
-  const double mine[] = {static_cast<double>(topo.stage()), static_cast<double>(topo.dp_rank()), st.compute_s,
-                         st.blocked_s, st.bubble_fraction(), static_cast<double>(st.peak_alive),
-                         static_cast<double>(st.activation_bytes), static_cast<double>(s.flat->numel())};
-  constexpr int kFields = sizeof(mine) / sizeof(double);
-  std::vector<double> all(static_cast<size_t>(kFields * s.world.size));
-  MPI_CHECK(MPI_Gather(mine, kFields, MPI_DOUBLE, all.data(), kFields, MPI_DOUBLE, 0, s.world.comm));
-  double bubble_sum = 0;
-  for (int r = 0; r < s.world.size; ++r) {
-    const double* f = &all[static_cast<size_t>(r * kFields)];
-    bubble_sum += f[4];
-    if (f[1] != 0) continue;
-    summary.stages.push_back({static_cast<int>(f[0]), static_cast<int>(f[5]), f[2], f[3], f[4],
-                              static_cast<int64_t>(f[6]), static_cast<int64_t>(f[7])});
-  }
-  summary.bubble_fraction = bubble_sum / s.world.size;
-  summary.expected_bubble_fraction =
-      topo.pp() > 1 ? parallel::expected_bubble_fraction(topo.pp(), static_cast<int>(s.accumulation)) : 0.0;
-  summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(report::peak_rss_bytes())));
-  const int64_t peak_device =
-      max_bytes(s.torch_device.is_cuda() ? comm::cuda_peak_allocated_bytes(s.cuda_index) : 0);  // collective
-  if (s.torch_device.is_cuda()) {
-    summary.device_name = comm::cuda_device_name(s.cuda_index);
-    summary.device_total_bytes = comm::cuda_total_memory_bytes(s.cuda_index);
-    summary.peak_device_bytes = peak_device;
-  }
+  report::Summary summary = summarize_run(s, result, train_seconds);
   s.watchdog->stop();
-  summary.watchdog_timeout_s = s.watchdog->enabled() ? deck.run.fail_timeout_s : 0.0;
+  summary.watchdog_timeout_s = s.watchdog->enabled() ? s.deck.run.fail_timeout_s : 0.0;
   summary.watchdog_cpu_s = max_over_ranks(s.world.comm, s.watchdog->thread_cpu_seconds());
-  if (s.world.rank == 0) report::write_report_json(deck.run.output_dir + "/report.json", summary);
+  if (s.world.rank == 0) report::write_report_json(s.deck.run.output_dir + "/report.json", summary);
   log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
-            s.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, deck.run.output_dir);
+            s.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, s.deck.run.output_dir);
   return result;
 }
 

@@ -48,7 +48,7 @@ TEST(Optim, FusedAdamWMatchesTorch) {
   expect_matches_torch(deck, reference, p, /*fused=*/true);
 }
 
-TEST(Optim, SgdMomentumMatchesTorch) {
+static void expect_sgd_momentum_matches_torch(bool fused) {
   config::Deck deck;
   deck.optim.name = "sgd";
   deck.optim.lr = 0.05;
@@ -56,8 +56,10 @@ TEST(Optim, SgdMomentumMatchesTorch) {
   deck.optim.weight_decay = 1e-3;
   auto p = torch::randn({100}).requires_grad_(true);
   torch::optim::SGD reference({p}, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
-  expect_matches_torch(deck, reference, p);
+  expect_matches_torch(deck, reference, p, fused);
 }
+
+TEST(Optim, SgdMomentumMatchesTorch) { expect_sgd_momentum_matches_torch(/*fused=*/false); }
 
 TEST(Optim, ClipByGlobalNormMatchesTorch) {
   auto a = torch::randn({30}).requires_grad_(true), b = torch::randn({7}).requires_grad_(true);
@@ -84,14 +86,7 @@ TEST(Optim, ScheduleWarmupThenCosine) {
 // The fused SGD kernel (what a GPU rank runs, on LibTorch >= 2.4) against torch::optim::SGD.
 TEST(Optim, FusedSgdMatchesTorch) {
   if (!optim::fused_optimizers_built()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused SGD on the CPU";
-  config::Deck deck;
-  deck.optim.name = "sgd";
-  deck.optim.lr = 0.05;
-  deck.optim.momentum = 0.9;
-  deck.optim.weight_decay = 1e-3;
-  auto p = torch::randn({100}).requires_grad_(true);
-  torch::optim::SGD reference({p}, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
-  expect_matches_torch(deck, reference, p, /*fused=*/true);
+  expect_sgd_momentum_matches_torch(/*fused=*/true);
 }
 
 // step_unless: a skipped update leaves parameters, state and the step count as they were; an
