@@ -18,6 +18,9 @@ class Work {
   virtual void wait() = 0;
 };
 
+// How reduce_numbers combines the ranks' values.
+enum class Reduce { sum, max, min };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -49,6 +52,15 @@ class Communicator {
   virtual std::unique_ptr<Work> send_async(const at::Tensor& tensor, int peer, int tag) = 0;
   virtual void recv(at::Tensor& tensor, int peer, int tag) = 0;
   virtual void barrier() = 0;
+
+  // Host numbers (flags, timings, totals a run agrees on), reduced in place over the group: every
+  // rank gets the result. Blocking; seen by the fail-fast watchdog as an all-reduce.
+  virtual void reduce_numbers(std::vector<double>& values, Reduce op) = 0;
+  double reduce_number(double value, Reduce op) {
+    std::vector<double> values{value};
+    reduce_numbers(values, op);
+    return values[0];
+  }
 };
 
 }  // namespace trident::comm

@@ -292,4 +292,11 @@ void MpiCommunicator::barrier() {
   MPI_CHECK(MPI_Barrier(comm_));
 }
 
+void MpiCommunicator::reduce_numbers(std::vector<double>& values, Reduce op) {
+  if (values.empty()) return;
+  OpScope scope(Op::all_reduce);
+  const MPI_Op mpi_op = op == Reduce::sum ? MPI_SUM : op == Reduce::max ? MPI_MAX : MPI_MIN;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, mpi_op, comm_));
+}
+
 }  // namespace trident::comm

@@ -34,6 +34,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Work> send_async(const at::Tensor& tensor, int peer, int tag) override;
   void recv(at::Tensor& tensor, int peer, int tag) override;
   void barrier() override;
+  void reduce_numbers(std::vector<double>& values, Reduce op) override;
 
  private:
   // The host tensor MPI works on for `t`: `t` itself, or a host copy (of its values when

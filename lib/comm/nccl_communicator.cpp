@@ -449,4 +449,16 @@ void NcclCommunicator::barrier() {
   });
 }
 
+void NcclCommunicator::reduce_numbers(std::vector<double>& values, Reduce op) {
+  if (values.empty()) return;
+  at::Tensor buffer = at::tensor(values, at::kDouble).to(at::Device(at::kCUDA, device_index(device_)));
+  const ncclRedOp_t nccl_op = op == Reduce::sum ? ncclSum : op == Reduce::max ? ncclMax : ncclMin;
+  run_blocking(Op::all_reduce, [&] {
+    NCCL_CHECK(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), count_of(buffer), ncclFloat64, nccl_op, comm_,
+                             stream_));
+  });
+  const at::Tensor on_host = buffer.cpu();
+  std::copy(on_host.data_ptr<double>(), on_host.data_ptr<double>() + on_host.numel(), values.begin());
+}
+
 }  // namespace trident::comm

@@ -64,6 +64,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> send_async(const at::Tensor& tensor, int peer, int tag) override;
   void recv(at::Tensor& tensor, int peer, int tag) override;  // tag ignored (see above)
   void barrier() override;
+  // Through a device buffer and back: a host wait, for the rare scalars only.
+  void reduce_numbers(std::vector<double>& values, Reduce op) override;
 
  private:
   class AsyncWork;

@@ -5,7 +5,7 @@
 #include "core/timer.hpp"
 #include "model/loss.hpp"
 #include "optim/precision.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 namespace trident::parallel {
 

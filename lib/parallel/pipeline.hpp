@@ -1,5 +1,5 @@
 #pragma once
-// The pipeline executor: runs a schedule's op list (parallel/schedule.hpp) for this rank's
+// The pipeline executor: runs a schedule's op list (parallel/pipeline_schedule.hpp) for this rank's
 // stage. Activations and their gradients go to the neighbouring stages with non-blocking sends
 // and blocking receives of known shapes; only the first stage reads inputs and only the last
 // reads labels and computes the loss. With pp = 1 it is plain forward/backward per micro-batch.

@@ -12,16 +12,16 @@ Topology::Topology(MPI_Comm world, int dp, int pp) : world_(world), dp_(dp), pp_
   MPI_CHECK(MPI_Comm_size(world, &size));
   if (dp * pp != size)
     fatal_all(fmt::format("parallel.dp: dp({}) x pp({}) = {} != world size {}", dp, pp, dp * pp, size));
-  MPI_CHECK(MPI_Comm_split(world, stage(), dp_rank(), &dp_comm_));
-  MPI_CHECK(MPI_Comm_split(world, dp_rank(), stage(), &pp_comm_));
+  MPI_CHECK(MPI_Comm_split(world, stage(), dp_rank(), &dp_group_));
+  MPI_CHECK(MPI_Comm_split(world, dp_rank(), stage(), &pp_group_));
 }
 
 Topology::~Topology() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  if (dp_comm_ != MPI_COMM_NULL) MPI_Comm_free(&dp_comm_);
-  if (pp_comm_ != MPI_COMM_NULL) MPI_Comm_free(&pp_comm_);
+  if (dp_group_ != MPI_COMM_NULL) MPI_Comm_free(&dp_group_);
+  if (pp_group_ != MPI_COMM_NULL) MPI_Comm_free(&pp_group_);
 }
 
 std::string Topology::describe() const {

@@ -24,16 +24,16 @@ class Topology {
   int stage() const { return rank_ / dp_; }
   int dp_rank() const { return rank_ % dp_; }
   MPI_Comm world() const { return world_; }
-  MPI_Comm dp_comm() const { return dp_comm_; }  // the dp ranks of this stage
-  MPI_Comm pp_comm() const { return pp_comm_; }  // the stages of this replica
+  MPI_Comm dp_group() const { return dp_group_; }  // the dp ranks of this stage
+  MPI_Comm pp_group() const { return pp_group_; }  // the stages of this replica
   static int rank_of(int stage, int dp_rank, int dp) { return stage * dp + dp_rank; }
   std::string describe() const;
 
  private:
   MPI_Comm world_;
   int dp_, pp_, rank_ = 0;
-  MPI_Comm dp_comm_ = MPI_COMM_NULL;
-  MPI_Comm pp_comm_ = MPI_COMM_NULL;
+  MPI_Comm dp_group_ = MPI_COMM_NULL;
+  MPI_Comm pp_group_ = MPI_COMM_NULL;
 };
 
 }  // namespace trident::parallel

@@ -3,7 +3,7 @@
 // parameters, and the updated partitions are all-gathered in place.
 #include "core/timer.hpp"
 #include "parallel/grad_sync.hpp"
-#include "parallel/partition.hpp"
+#include "parallel/element_partition.hpp"
 
 namespace trident::parallel {
 
@@ -41,7 +41,7 @@ class Zero1 final : public GradSync {
   optim::FlatParams& flat_;
   comm::Communicator& comm_;
   std::unique_ptr<GradSync> ddp_;
-  Partition partition_;
+  ElementPartition partition_;
   data::Range range_{0, 0};
   std::vector<int64_t> counts_;
   double gather_seconds_ = 0;

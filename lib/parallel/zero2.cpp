@@ -6,7 +6,7 @@
 #include "core/timer.hpp"
 #include "parallel/bucket_readiness.hpp"
 #include "parallel/grad_sync.hpp"
-#include "parallel/partition.hpp"
+#include "parallel/element_partition.hpp"
 
 namespace trident::parallel {
 
@@ -69,7 +69,7 @@ class Zero2 final : public GradSync {
 
   optim::FlatParams& flat_;
   comm::Communicator& comm_;
-  Partition partition_;
+  ElementPartition partition_;
   data::Range range_{0, 0};
   std::vector<int64_t> counts_;
   at::Tensor grad_partition_;

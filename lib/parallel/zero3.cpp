@@ -16,7 +16,7 @@
 #include "core/timer.hpp"
 #include "parallel/bucket_readiness.hpp"
 #include "parallel/grad_sync.hpp"
-#include "parallel/partition.hpp"
+#include "parallel/element_partition.hpp"
 
 namespace trident::parallel {
 
@@ -228,7 +228,7 @@ class Zero3 final : public GradSync, public model::LayerHooks {
   optim::FlatParams& flat_;
   model::LayerStack& model_;
   comm::Communicator& comm_;
-  Partition partition_;
+  ElementPartition partition_;
   data::Range range_{0, 0};
   std::vector<LayerSpan> layers_;
   std::vector<size_t> layer_of_bucket_;

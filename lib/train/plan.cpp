@@ -9,8 +9,8 @@
 #include "data/dataset.hpp"
 #include "model/model.hpp"
 #include "parallel/grad_sync.hpp"
-#include "parallel/schedule.hpp"
-#include "parallel/stage_partition.hpp"
+#include "parallel/pipeline_schedule.hpp"
+#include "parallel/layer_cut.hpp"
 
 namespace trident::train {
 

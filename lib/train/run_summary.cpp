@@ -8,8 +8,8 @@
 #include "comm/cuda_runtime.hpp"
 #include "core/error.hpp"
 #include "model/gpt.hpp"
-#include "parallel/partition.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/element_partition.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "train/plan.hpp"
 
 namespace trident::train {
@@ -44,7 +44,7 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
                     s.dp_comm->backend(), s.device, deck.parallel.schedule, s.micro_batch, s.accumulation, s.threads};
   summary.steps = s.total_steps;
   summary.epochs = s.epochs;
-  summary.parameters = static_cast<int64_t>(sum_over(s.world.comm, static_cast<double>(s.flat->numel())) / topo.dp());
+  summary.parameters = static_cast<int64_t>(sum_over_ranks(s, static_cast<double>(s.flat->numel())) / topo.dp());
   summary.train_loss = result.train_loss;
   summary.test_loss = result.test_loss;
   summary.test_accuracy = result.test_accuracy;
@@ -72,15 +72,15 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   summary.gathers = s.grad_sync->gathers();
   summary.gathers_prefetched = s.grad_sync->gathers_prefetched();
   summary.checkpoint_write_gb_per_s = s.times.checkpoint > 0 ? s.bytes_written / s.times.checkpoint / 1e9 : 0;
-  const double read_seconds = max_over_ranks(s.world.comm, s.read_seconds);
-  summary.checkpoint_read_gb_per_s = read_seconds > 0 ? sum_over(s.world.comm, s.bytes_read) / read_seconds / 1e9 : 0;
+  const double read_seconds = max_over_ranks(s, s.read_seconds);
+  summary.checkpoint_read_gb_per_s = read_seconds > 0 ? sum_over_ranks(s, s.bytes_read) / read_seconds / 1e9 : 0;
   for (double* t : {&s.times.total, &s.times.data_wait, &s.times.forward, &s.times.backward, &s.times.comm_exposed,
                     &s.times.optimizer, &s.times.checkpoint, &s.times.evaluation})
-    *t = max_over_ranks(s.world.comm, *t);
+    *t = max_over_ranks(s, *t);
   summary.time = s.times;
   const int64_t optimizer_k = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
   const auto state = s.grad_sync->state_bytes();
-  auto max_bytes = [&](int64_t v) { return static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(v))); };
+  auto max_bytes = [&](int64_t v) { return static_cast<int64_t>(max_over_ranks(s, static_cast<double>(v))); };
   summary.memory = {max_bytes(state.params), max_bytes(state.grads), max_bytes(s.optimizer->state_bytes()),
                     max_bytes(state.master),
                     max_bytes(parallel::expected_state_bytes(static_cast<int>(deck.parallel.zero), s.flat->numel(),
@@ -104,7 +104,7 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   summary.bubble_fraction = bubble_sum / s.world.size;
   summary.expected_bubble_fraction =
       topo.pp() > 1 ? parallel::expected_bubble_fraction(topo.pp(), static_cast<int>(s.accumulation)) : 0.0;
-  summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s.world.comm, static_cast<double>(report::peak_rss_bytes())));
+  summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s, static_cast<double>(report::peak_rss_bytes())));
   const int64_t peak_device =
       max_bytes(s.torch_device.is_cuda() ? comm::cuda_peak_allocated_bytes(s.cuda_index) : 0);  // collective
   if (s.torch_device.is_cuda()) {

@@ -16,7 +16,7 @@
 #include "comm/progress.hpp"
 #include "comm/watchdog.hpp"
 #include "comm/world.hpp"
-#include "parallel/partition.hpp"
+#include "parallel/element_partition.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -29,11 +29,11 @@
 #include "optim/flat_params.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/precision.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/pipeline.hpp"
-#include "parallel/schedule.hpp"
-#include "parallel/stage_partition.hpp"
+#include "parallel/pipeline_schedule.hpp"
+#include "parallel/layer_cut.hpp"
 #include "parallel/topology.hpp"
 #include "report/report.hpp"
 #include "train/plan.hpp"
@@ -44,22 +44,13 @@
 
 namespace trident::train {
 
-// One number reduced over `comm` (a communication operation the watchdog sees).
-static double reduce_over(MPI_Comm comm, double value, MPI_Op op) {
-  double out = value;
-  comm::OpScope scope(comm::Op::all_reduce);
-  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op, comm));
-  return out;
-}
-
-double sum_over(MPI_Comm comm, double local) { return reduce_over(comm, local, MPI_SUM); }
+double sum_over_ranks(Trainer::State& s, double local) { return s.world_comm->reduce_number(local, comm::Reduce::sum); }
+double max_over_ranks(Trainer::State& s, double local) { return s.world_comm->reduce_number(local, comm::Reduce::max); }
 
 // The mean over replicas of a value only the last stage has (0 on other stages).
 double replica_mean(Trainer::State& s, double last_stage_value) {
-  return sum_over(s.world.comm, s.pipeline->last() ? last_stage_value : 0.0) / s.topology->dp();
+  return sum_over_ranks(s, s.pipeline->last() ? last_stage_value : 0.0) / s.topology->dp();
 }
-
-double max_over_ranks(MPI_Comm comm, double value) { return reduce_over(comm, value, MPI_MAX); }
 
 namespace {
 // Set by SIGUSR1 / SIGTERM (SLURM's --signal=B:USR1@N, preemption); acted on at a step boundary.
@@ -89,8 +80,8 @@ void choose_device(Trainer::State& s) {
   comm::agree_or_throw(s.world.comm, placement.ok() ? "" : "run.device: " + placement.error);
   // Every rank on a GPU or none: the backend (auto: nccl or mpi) and the collectives must be the
   // same on every rank. run.device = auto on an allocation whose nodes differ is bad input.
-  int cuda_ranks = placement.is_cuda() ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &cuda_ranks, 1, MPI_INT, MPI_SUM, s.world.comm));
+  const auto cuda_ranks =
+      static_cast<int>(s.world_comm->reduce_number(placement.is_cuda() ? 1.0 : 0.0, comm::Reduce::sum));
   comm::agree_or_throw(s.world.comm,
                        cuda_ranks == 0 || cuda_ranks == s.world.size
                            ? ""
@@ -222,7 +213,7 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
   s.model->train();
   // Only last stages hold results: the sum over the world is the sum over replicas.
   auto totals = torch::tensor({loss_sum, correct}, torch::kDouble);
-  comm::MpiCommunicator(s.world.comm).all_reduce_sum(totals);
+  s.world_comm->all_reduce_sum(totals);
   const double n = static_cast<double>(s.test_split->size() * s.test_split->targets_per_sample());
   return {totals[0].item<double>() / n, totals[1].item<double>() / n};
 }
@@ -250,7 +241,7 @@ std::string checkpoint_dir(const Trainer::State& s) { return s.deck.run.output_d
 // This rank's part of the stage's flat buffers: the same partition ZeRO uses, so under
 // zero 0 the dp replicas split the writing and under ZeRO each writes what it owns.
 data::Range owned_range(const Trainer::State& s) {
-  return parallel::Partition(s.flat->numel(), s.topology->dp()).range(s.topology->dp_rank());
+  return parallel::ElementPartition(s.flat->numel(), s.topology->dp()).range(s.topology->dp_rank());
 }
 
 void save_checkpoint(Trainer::State& s, int64_t step) {
@@ -298,7 +289,7 @@ void save_checkpoint(Trainer::State& s, int64_t step) {
   const double seconds = watch.seconds();
   s.times.checkpoint += seconds;
   ++s.saves;
-  s.bytes_written += sum_over(s.world.comm, 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(state_names.size()))));
+  s.bytes_written += sum_over_ranks(s, 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(state_names.size()))));
   log::info("checkpoint {} written in {:.2f} s", path, seconds);
 }
 
@@ -375,6 +366,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   auto& s = *s_;
   s.deck = deck;
   s.world = comm::World::from(comm);
+  s.world_comm = std::make_unique<comm::MpiCommunicator>(s.world.comm);
   // The folder is this run's before anything in it is read or written; a second run into it
   // stops here (bad input, naming the owner).
   s.run_folder = RunFolder::claim(deck.run.output_dir, comm);
@@ -399,10 +391,10 @@ void Trainer::construct(const std::string& resume) {
   // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones. (mpi on CUDA tensors stages
   // them through host memory: several ranks sharing one GPU, which NCCL refuses.)
   const std::string backend = deck.parallel.backend == "auto" ? (s.device == "cpu" ? "mpi" : "nccl") : deck.parallel.backend;
-  s.dp_comm = comm::make_communicator(backend, s.topology->dp_comm(), deck.run.fail_timeout_s);
-  s.pp_comm = comm::make_communicator(backend, s.topology->pp_comm(), deck.run.fail_timeout_s);
+  s.dp_comm = comm::make_communicator(backend, s.topology->dp_group(), deck.run.fail_timeout_s);
+  s.pp_comm = comm::make_communicator(backend, s.topology->pp_group(), deck.run.fail_timeout_s);
   if (backend == "nccl" && s.topology->pp() > 1)
-    s.pp_gradient_comm = comm::make_communicator(backend, s.topology->pp_comm(), deck.run.fail_timeout_s);
+    s.pp_gradient_comm = comm::make_communicator(backend, s.topology->pp_group(), deck.run.fail_timeout_s);
 
   // Which checkpoint to resume from is settled first: a bad --resume PATH is bad input. The
   // ranks verify it together, and that time counts as reading it (report.json read_gb_per_s).
@@ -477,7 +469,7 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::full_optimizer_state() 
     at::Tensor full = state;
     if (s.grad_sync->sharded()) {  // this rank's partition: owned_range(s), as ZeRO cuts it
       full = at::empty({n}, state.options());
-      s.dp_comm->all_gather_v(state, full, parallel::Partition(n, s.topology->dp()).counts(0, n));
+      s.dp_comm->all_gather_v(state, full, parallel::ElementPartition(n, s.topology->dp()).counts(0, n));
     }
     for (const auto& slot : s.flat->slots)
       out.emplace_back(state_name + "/" + slot.name, full.narrow(0, slot.offset, slot.numel).view(slot.shape).clone());
@@ -532,19 +524,16 @@ struct StepBoundary {
 
 StepBoundary agree_at_step_end(Trainer::State& s, int64_t steps_done, const Stopwatch& since_save) {
   const auto& deck = s.deck;
-  int flags[2] = {g_stop_signal != 0 ? 1 : 0,
-                  s.world.rank == 0 && deck.checkpoint.every_minutes > 0 &&
-                          since_save.seconds() >= 60.0 * deck.checkpoint.every_minutes
-                      ? 1
-                      : 0};
-  {
-    comm::OpScope scope(comm::Op::all_reduce);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, s.world.comm));
-  }
+  std::vector<double> flags{g_stop_signal != 0 ? 1.0 : 0.0,
+                            s.world.rank == 0 && deck.checkpoint.every_minutes > 0 &&
+                                    since_save.seconds() >= 60.0 * deck.checkpoint.every_minutes
+                                ? 1.0
+                                : 0.0};
+  s.world_comm->reduce_numbers(flags, comm::Reduce::max);
   const bool by_steps = deck.checkpoint.every_steps > 0 && steps_done % deck.checkpoint.every_steps == 0;
   StepBoundary due;
   due.stop = flags[0] != 0;
-  due.save = (due.stop || flags[1] || by_steps) && steps_done < s.total_steps;
+  due.save = (due.stop || flags[1] != 0 || by_steps) && steps_done < s.total_steps;
   due.log = steps_done % deck.run.log_every == 0 || steps_done == s.total_steps;
   return due;
 }
@@ -679,7 +668,7 @@ Result Trainer::run() {
   result.train_loss = replica_mean(s, tally.epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
   result.test_loss = last_eval.loss;
   result.test_accuracy = last_eval.accuracy;
-  train_seconds = max_over_ranks(s.world.comm, train_seconds);
+  train_seconds = max_over_ranks(s, train_seconds);
   result.samples_per_s = static_cast<double>((s.total_steps - s.start_step) * s.deck.optim.global_batch) /
                          std::max(train_seconds, 1e-9);
   s.times.comm_exposed = s.grad_sync->exposed_comm_seconds();
@@ -687,7 +676,7 @@ Result Trainer::run() {
   report::Summary summary = summarize_run(s, result, train_seconds);
   s.watchdog->stop();
   summary.watchdog_timeout_s = s.watchdog->enabled() ? s.deck.run.fail_timeout_s : 0.0;
-  summary.watchdog_cpu_s = max_over_ranks(s.world.comm, s.watchdog->thread_cpu_seconds());
+  summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());
   if (s.world.rank == 0) report::write_report_json(s.deck.run.output_dir + "/report.json", summary);
   log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
             s.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, s.deck.run.output_dir);

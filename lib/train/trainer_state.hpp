@@ -21,7 +21,7 @@
 #include "optim/flat_params.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/precision.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/pipeline.hpp"
 #include "parallel/topology.hpp"
@@ -34,6 +34,9 @@ namespace trident::train {
 struct Trainer::State {
   config::Deck deck;
   comm::World world;
+  // The whole run's group over MPI, whatever parallel.backend is: the host numbers every rank
+  // agrees on (flags, timings, totals) and the evaluation's sums.
+  std::unique_ptr<comm::Communicator> world_comm;
   std::unique_ptr<parallel::Topology> topology;
   std::unique_ptr<comm::Communicator> dp_comm, pp_comm;  // parallel.backend's (comm/backend.hpp)
   std::unique_ptr<comm::Communicator> pp_gradient_comm;  // NCCL: the pipeline's gradients (pipeline.hpp)
@@ -66,9 +69,9 @@ struct Trainer::State {
   std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
 };
 
-// One number reduced over `comm` (a communication operation the watchdog sees).
-double sum_over(MPI_Comm comm, double local);
-double max_over_ranks(MPI_Comm comm, double value);
+// One host number summed / maximised over every rank of the run (s.world_comm).
+double sum_over_ranks(Trainer::State& s, double local);
+double max_over_ranks(Trainer::State& s, double local);
 // The mean over replicas of a value only the last stage has (0 on other stages).
 double replica_mean(Trainer::State& s, double last_stage_value);
 

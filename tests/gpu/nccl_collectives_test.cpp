@@ -155,6 +155,14 @@ struct Probe {
       expect_same("send/recv", device_in, host_in);
     }
     nccl.barrier();
+    {
+      for (const auto op : {comm::Reduce::sum, comm::Reduce::max, comm::Reduce::min}) {
+        std::vector<double> from_nccl{r() + 0.25, -1.0 * r(), 3.0}, from_mpi = from_nccl;
+        nccl.reduce_numbers(from_nccl, op);
+        mpi.reduce_numbers(from_mpi, op);
+        expect_same("reduce_numbers", torch::tensor(from_nccl, torch::kDouble), torch::tensor(from_mpi, torch::kDouble));
+      }
+    }
     ++checks;
   }
 };

@@ -29,6 +29,17 @@ TEST(Communicator, AllReduceSum) {
   EXPECT_DOUBLE_EQ(a[999].item<double>(), w.n * (w.n - 1) / 2.0);
 }
 
+// Host numbers (the flags, timings and totals a run agrees on): sum, max and min over the ranks,
+// every rank getting the result; one number or several at once.
+TEST(Communicator, ReduceNumbers) {
+  Ranks w;
+  std::vector<double> values{static_cast<double>(w.r), 1.0, -static_cast<double>(w.r)};
+  w.comm.reduce_numbers(values, comm::Reduce::sum);
+  EXPECT_EQ(values, (std::vector<double>{w.n * (w.n - 1) / 2.0, static_cast<double>(w.n), -w.n * (w.n - 1) / 2.0}));
+  EXPECT_EQ(w.comm.reduce_number(static_cast<double>(w.r), comm::Reduce::max), w.n - 1.0);
+  EXPECT_EQ(w.comm.reduce_number(static_cast<double>(w.r) + 0.5, comm::Reduce::min), 0.5);
+}
+
 TEST(Communicator, ReduceScatterAndAllGather) {
   Ranks w;
   // Rank r contributes input[i] = i + r; chunk k of the sum is sum_r (i + r) over chunk k.
@@ -111,8 +122,8 @@ TEST(Topology, StageMajorMapping) {
     parallel::Topology topo(MPI_COMM_WORLD, w.n / pp, pp);
     EXPECT_EQ(parallel::Topology::rank_of(topo.stage(), topo.dp_rank(), topo.dp()), w.r);
     int dp_size = 0, pp_size = 0;
-    MPI_Comm_size(topo.dp_comm(), &dp_size);
-    MPI_Comm_size(topo.pp_comm(), &pp_size);
+    MPI_Comm_size(topo.dp_group(), &dp_size);
+    MPI_Comm_size(topo.pp_group(), &pp_size);
     EXPECT_EQ(dp_size, w.n / pp);
     EXPECT_EQ(pp_size, pp);
   }

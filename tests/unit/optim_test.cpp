@@ -5,7 +5,7 @@
 
 #include "config/deck.hpp"
 #include "optim/optimizer.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 
 using namespace trident;
 

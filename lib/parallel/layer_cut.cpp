@@ -1,4 +1,4 @@
-#include "parallel/stage_partition.hpp"
+#include "parallel/layer_cut.hpp"
 
 #include <fmt/format.h>
 

@@ -3,12 +3,12 @@
 #include <numeric>
 
 #include "parallel/grad_sync.hpp"
-#include "parallel/partition.hpp"
+#include "parallel/element_partition.hpp"
 
-using trident::parallel::Partition;
+using trident::parallel::ElementPartition;
 
-TEST(Partition, UnevenRangesCoverTheBufferAndCountsAddUp) {
-  const Partition p(10, 4);  // 3, 3, 2, 2
+TEST(ElementPartition, UnevenRangesCoverTheBufferAndCountsAddUp) {
+  const ElementPartition p(10, 4);  // 3, 3, 2, 2
   EXPECT_EQ(p.range(0).end - p.range(0).begin, 3);
   EXPECT_EQ(p.range(3).begin, 8);
   EXPECT_EQ(p.range(3).end, 10);
@@ -23,7 +23,7 @@ TEST(Partition, UnevenRangesCoverTheBufferAndCountsAddUp) {
     }
 }
 
-TEST(Partition, ExpectedStateBytesFollowTheZeroPaper) {
+TEST(ElementPartition, ExpectedStateBytesFollowTheZeroPaper) {
   using trident::parallel::expected_state_bytes;
   const int64_t n = 1000;
   EXPECT_EQ(expected_state_bytes(0, n, 4, 8), 16 * n);

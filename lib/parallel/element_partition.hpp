@@ -10,9 +10,9 @@
 
 namespace trident::parallel {
 
-class Partition {
+class ElementPartition {
  public:
-  Partition(int64_t numel, int dp) : numel_(numel), dp_(dp) {}
+  ElementPartition(int64_t numel, int dp) : numel_(numel), dp_(dp) {}
   int dp() const { return dp_; }
   int64_t numel() const { return numel_; }
   data::Range range(int rank) const { return data::even_share(numel_, rank, dp_); }

@@ -1,4 +1,4 @@
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 
 #include <algorithm>
 #include <cmath>

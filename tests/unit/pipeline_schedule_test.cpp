@@ -7,14 +7,14 @@
 #include <map>
 #include <set>
 
-#include "parallel/schedule.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 using namespace trident::parallel;
 
 namespace {
 
 void check_schedule(const std::string& name, int pp, int m) {
-  std::vector<std::vector<Op>> ops;
+  std::vector<std::vector<ScheduleOp>> ops;
   for (int s = 0; s < pp; ++s) ops.push_back(make_schedule(name, pp, m, s));
   // Per stage: forward and backward of each micro-batch once, forward first.
   for (int s = 0; s < pp; ++s) {
@@ -87,7 +87,7 @@ TEST(Schedule, OneFOneBShape) {
 }
 
 #include "core/error.hpp"
-#include "parallel/stage_partition.hpp"
+#include "parallel/layer_cut.hpp"
 
 TEST(StagePartition, BalancedByParametersOrExplicit) {
   // Layers 10, 10, 10, 30: two stages balance as {10,10,10} | {30}.
