@@ -144,6 +144,19 @@ std::map<std::string, std::string> parse_lines(const std::string& text) {
 
 std::string step_file(int64_t step) { return fmt::format("step_{:07d}.h5", step); }
 
+// The step_*.h5 names in `dir`, oldest step first (the zero-padded names sort by step); none when
+// `dir` is not a folder.
+std::vector<std::string> step_files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  if (!fs::is_directory(dir)) return names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".h5") names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // Every dataset of the file that holds tensor data.
 void collect_datasets(hid_t file, std::vector<std::string>& out) {
   auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
@@ -391,12 +404,7 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
       if (!out) fatal_one("checkpoint: cannot write " + latest_tmp);
     }
     fs::rename(latest_tmp, dir + "/latest");
-    std::vector<std::string> saved;
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      const auto name = entry.path().filename().string();
-      if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".h5") saved.push_back(name);
-    }
-    std::sort(saved.begin(), saved.end());
+    const std::vector<std::string> saved = step_files_in(dir);
     for (size_t i = 0; i + static_cast<size_t>(keep_last) < saved.size(); ++i) fs::remove(dir + "/" + saved[i]);
   }
   MPI_CHECK(MPI_Barrier(comm));
@@ -570,14 +578,8 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
       std::getline(in, name);
       if (!name.empty()) listing += dir + "/" + name + "\n";
     }
-    std::vector<std::string> saved;
-    if (fs::is_directory(dir))
-      for (const auto& entry : fs::directory_iterator(dir)) {
-        const auto name = entry.path().filename().string();
-        if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".h5") saved.push_back(entry.path().string());
-      }
-    std::sort(saved.rbegin(), saved.rend());
-    for (const auto& path : saved) listing += path + "\n";
+    const std::vector<std::string> saved = step_files_in(dir);
+    for (auto name = saved.rbegin(); name != saved.rend(); ++name) listing += dir + "/" + *name + "\n";  // newest first
   }
   std::istringstream candidates(comm::broadcast(comm, listing));
   std::string skipped;
