@@ -62,6 +62,7 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["epochs"] = s.epochs;
   r["parameters"] = s.parameters;
   r["resumed_from"] = s.resumed_from.empty() ? json(nullptr) : json(s.resumed_from);
+  r["first_step"] = s.first_step;
   r["final"] = {{"train_loss", s.train_loss}, {"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}};
   auto or_null = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   r["throughput"] = {{"samples_per_s", s.samples_per_s},       {"step_time_s", s.step_time_s},

@@ -57,6 +57,7 @@ struct Summary {
   double bubble_fraction = 0, expected_bubble_fraction = 0;  // pipeline, mean over stages
   std::vector<StageReport> stages;                            // one per pipeline stage (its dp rank 0)
   std::string resumed_from;                                   // "" when the run started fresh
+  int64_t first_step = 0;                                     // the step it started from (resumed_from's)
   int64_t checkpoint_saves = 0;
   int64_t gathers = 0, gathers_prefetched = 0;  // ZeRO-3's layer gathers (rank 0)
   double checkpoint_write_gb_per_s = 0, checkpoint_read_gb_per_s = 0;

@@ -138,9 +138,12 @@ StudyRun read_study_run(const std::string& file) {
     const json* step_time = field("throughput/step_time_s", false);
     r.step_time_s = step_time ? step_time->get<double>()
                               : (r.samples_per_s > 0 ? static_cast<double>(r.global_batch) / r.samples_per_s : 0);
-    // A resumed run trained only the steps after its checkpoint (step_NNNNNNN.h5).
+    // A resumed run trained only the steps after its checkpoint: first_step; reports written
+    // before that field existed name it only in resumed_from (step_NNNNNNN.h5).
     r.steps_run = r.steps;
-    if (const json* from = field("resumed_from", false); from && from->is_string()) {
+    if (const json* first = field("first_step", false); first && first->is_number_integer()) {
+      r.steps_run = r.steps - first->get<int64_t>();
+    } else if (const json* from = field("resumed_from", false); from && from->is_string()) {
       const std::string s = from->get<std::string>();
       const size_t at = s.rfind("step_");
       if (at != std::string::npos && at + 5 < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 5])))

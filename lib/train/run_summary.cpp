@@ -68,6 +68,7 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   }
   summary.step_time_s = train_seconds / static_cast<double>(std::max<int64_t>(1, s.total_steps - s.start_step));
   summary.resumed_from = s.resumed_from;
+  summary.first_step = s.start_step;
   summary.checkpoint_saves = s.saves;
   summary.gathers = s.grad_sync->gathers();
   summary.gathers_prefetched = s.grad_sync->gathers_prefetched();

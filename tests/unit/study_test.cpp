@@ -31,7 +31,7 @@ class StudyReport : public ::testing::Test {
 
   // A minimal report.json as trident writes it (only the fields the report reads, plus noise).
   void run(const std::string& sub, int world, int nodes, double step_time, int64_t global_batch, int pp = 1,
-           const std::string& resumed_from = "") {
+           const std::string& resumed_from = "", int64_t first_step = -1) {
     fs::create_directories(dir_ / sub);
     std::ofstream(dir_ / sub / "report.json")
         << "{\"trident_version\": \"0.1.0\", \"deck\": {\"run\": {\"name\": \"" << sub
@@ -40,7 +40,8 @@ class StudyReport : public ::testing::Test {
         << " \"layout\": {\"world\": " << world << ", \"nodes\": " << nodes << ", \"dp\": " << world / pp
         << ", \"pp\": " << pp << ", \"zero\": 0, \"backend\": \"mpi\", \"device\": \"cpu\", \"schedule\": \"1f1b\"},\n"
         << " \"steps\": 100, \"resumed_from\": "
-        << (resumed_from.empty() ? std::string("null") : "\"" + resumed_from + "\"") << ",\n"
+        << (resumed_from.empty() ? std::string("null") : "\"" + resumed_from + "\"") << ","
+        << (first_step >= 0 ? " \"first_step\": " + std::to_string(first_step) + "," : std::string()) << "\n"
         << " \"throughput\": {\"samples_per_s\": " << static_cast<double>(global_batch) / step_time
         << ", \"step_time_s\": " << step_time << ", \"tflops\": null},\n"
         << " \"time_s\": {\"total\": 12.5, \"forward\": 2.0, \"backward\": 4.0, \"comm_exposed\": 1.0},\n"
@@ -119,11 +120,19 @@ TEST_F(StudyReport, BaselineIsTheSmallestRunOfEachLayout) {
   EXPECT_EQ(s.baseline_of.size(), 2u);
 }
 
+// report.json's first_step, where the report has it, gives the steps a resumed run trained: a
+// --resume PATH need not be named step_N.h5.
+TEST_F(StudyReport, StepsRunFromFirstStep) {
+  run("ranks_1", 1, 1, 0.100, 64);
+  run("ranks_2", 2, 1, 0.060, 64, 1, "/scratch/saved/best.h5", 25);
+  EXPECT_EQ(run_of(load("strong"), 2).steps_run, 75);
+}
+
 TEST_F(StudyReport, WritesTableCsvAndPlot) {
   run("ranks_1", 1, 1, 0.100, 64);
   run("ranks_2", 2, 1, 0.060, 64, 1, "runs/x/checkpoints/step_0000040.h5");  // trained 60 of 100 steps
   const auto s = load("strong");
-  EXPECT_EQ(run_of(s, 2).steps_run, 60);
+  EXPECT_EQ(run_of(s, 2).steps_run, 60);  // a report without first_step: the step from the file name
   const auto files = write_study(s, (dir_ / "out").string());
   ASSERT_EQ(files.size(), 3u);
   for (const auto& f : files) EXPECT_TRUE(fs::exists(f)) << f;
