@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "optim/precision.hpp"
 
 namespace trident::optim {
@@ -61,11 +63,10 @@ at::Tensor DeviceStep::decide(at::Tensor& grads, const at::Tensor& squared_norm,
 }
 
 DeviceStepReading DeviceStep::read() {
-  const at::Tensor fp64 = at::stack({last_loss_, last_norm_, loss_sum_, diverged_step_.to(at::kDouble),
-                                     diverged_norm_, diverged_loss_,
-                                     scaler_ ? scale_ : last_loss_, scaler_ ? good_.to(at::kDouble) : last_loss_,
-                                     scaler_ ? skipped_.to(at::kDouble) : last_loss_})
-                              .cpu();
+  std::vector<at::Tensor> scalars{last_loss_, last_norm_, loss_sum_, diverged_step_.to(at::kDouble), diverged_norm_,
+                                  diverged_loss_};
+  if (scaler_) scalars.insert(scalars.end(), {scale_, good_.to(at::kDouble), skipped_.to(at::kDouble)});
+  const at::Tensor fp64 = at::stack(scalars).cpu();  // the one copy
   const double* v = fp64.data_ptr<double>();
   DeviceStepReading r;
   r.last_loss = v[0];

@@ -11,9 +11,9 @@
 // The fused AdamW and SGD kernels: on CUDA since LibTorch 2.0 / 2.1 and on the CPU since 2.4; used
 // from 2.4 (one version test for both).
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-#define TRIDENT_FUSED_ADAMW 1
+#define TRIDENT_FUSED_OPTIMIZERS 1
 #else
-#define TRIDENT_FUSED_ADAMW 0
+#define TRIDENT_FUSED_OPTIMIZERS 0
 #endif
 
 namespace trident::optim {
@@ -72,12 +72,11 @@ class AdamW final : public Optimizer {
   std::vector<std::pair<std::string, at::Tensor>> state() override { return {{"exp_avg", m_}, {"exp_avg_sq", v_}}; }
   int64_t steps() const override { return steps_.value(); }
   void set_steps(int64_t steps) override { steps_.set(steps); }
-  bool skips_on_device() const override { return TRIDENT_FUSED_ADAMW != 0; }
 
   void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
     allocate_state(params);
     steps_.add_one();
-#if TRIDENT_FUSED_ADAMW
+#if TRIDENT_FUSED_OPTIMIZERS
     if (fused_ || params.is_cuda()) {
       // The same update in one kernel that reads and writes each element once.
       fused(params, grads, lr, steps_.as_scalar(params.options()), {});
@@ -95,7 +94,7 @@ class AdamW final : public Optimizer {
   }
 
   void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) override {
-    TRIDENT_CHECK(skips_on_device(), "AdamW: skipping on the device needs the fused kernel (LibTorch >= 2.4)");
+    TRIDENT_CHECK(fused_optimizers_built(), "AdamW: skipping on the device needs the fused kernel (LibTorch >= 2.4)");
     allocate_state(params);
     fused(params, grads, lr, steps_.add_one_on_device(params.options()), skip);
     steps_.subtract_skip(skip);
@@ -106,7 +105,7 @@ class AdamW final : public Optimizer {
 
  private:
   void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& step, const at::Tensor& skip) {
-#if TRIDENT_FUSED_ADAMW
+#if TRIDENT_FUSED_OPTIMIZERS
     at::_fused_adamw_({params}, {grads}, {m_}, {v_}, {}, {step}, lr, beta1_, beta2_, weight_decay_, eps_,
                       /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt,
                       skip.defined() ? std::optional<at::Tensor>(skip) : std::nullopt);
@@ -137,12 +136,11 @@ class Sgd final : public Optimizer {
   }
   int64_t steps() const override { return steps_.value(); }
   void set_steps(int64_t steps) override { steps_.set(steps); }
-  bool skips_on_device() const override { return TRIDENT_FUSED_ADAMW != 0; }
 
   void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
     allocate_state(params);
     steps_.add_one();
-#if TRIDENT_FUSED_ADAMW
+#if TRIDENT_FUSED_OPTIMIZERS
     if (fused_ || params.is_cuda()) {
       fused(params, grads, lr, {});
       return;
@@ -157,7 +155,7 @@ class Sgd final : public Optimizer {
   }
 
   void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) override {
-    TRIDENT_CHECK(skips_on_device(), "SGD: skipping on the device needs the fused kernel (LibTorch >= 2.4)");
+    TRIDENT_CHECK(fused_optimizers_built(), "SGD: skipping on the device needs the fused kernel (LibTorch >= 2.4)");
     allocate_state(params);
     steps_.add_one_on_device(params.options());
     fused(params, grads, lr, skip);
@@ -169,7 +167,7 @@ class Sgd final : public Optimizer {
 
  private:
   void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) {
-#if TRIDENT_FUSED_ADAMW
+#if TRIDENT_FUSED_OPTIMIZERS
     // Without momentum the kernel gets no buffer; with it, the zeroed buffer makes the first step
     // buf = g as above, so is_first_step stays false.
     std::vector<at::Tensor> buffers;
@@ -196,7 +194,7 @@ std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck, bool fused) 
   return std::make_unique<AdamW>(o.beta1, o.beta2, o.eps, o.weight_decay, fused);
 }
 
-bool fused_optimizers_built() { return TRIDENT_FUSED_ADAMW != 0; }
+bool fused_optimizers_built() { return TRIDENT_FUSED_OPTIMIZERS != 0; }
 
 double clip_by_global_norm(at::Tensor& grads, double squared_norm, double max_norm) {
   // LibTorch's sqrt, as optim/device_step.cpp's on a CPU tensor: from 2.x its fp64 sqrt on the

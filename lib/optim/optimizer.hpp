@@ -20,9 +20,8 @@ class Optimizer {
   virtual void step(at::Tensor& params, const at::Tensor& grads, double lr) = 0;
   // The same update, left undone where `skip` (a float scalar on the parameters' device, 1 or 0)
   // is 1, decided without the host: the fused kernels take the flag (PyTorch's found_inf), and
-  // the step count lives on the device. Only where skips_on_device() is true.
+  // the step count lives on the device. Only where fused_optimizers_built().
   virtual void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) = 0;
-  virtual bool skips_on_device() const = 0;
   virtual int64_t state_bytes() const = 0;  // optimizer state held by this rank
 
   // For checkpoints: the state buffers by name (each the size of the parameters it updates;

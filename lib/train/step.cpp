@@ -64,7 +64,6 @@ std::string diverged_message(int64_t step, double norm, double loss, bool found_
                                  : "the parameters were not updated and no checkpoint was written for this step");
 }
 
-
 // The step's update with the decisions on the host: one copy of the norm and the loss per step.
 void update_deciding_on_host(Trainer::State& s, int64_t step, const at::Tensor& summed_loss, double lr,
                              StepTally& tally) {
@@ -118,7 +117,7 @@ std::string forced_step_decisions() {
 void choose_step_decisions(Trainer::State& s) {
   const std::string forced = forced_step_decisions();
   const bool on_device =
-      forced.empty() ? s.torch_device.is_cuda() && s.optimizer->skips_on_device() : forced == "device";
+      forced.empty() ? s.torch_device.is_cuda() && optim::fused_optimizers_built() : forced == "device";
   if (on_device)
     s.device_step = std::make_unique<optim::DeviceStep>(at::TensorOptions().device(s.torch_device),
                                                         s.deck.optim.clip_grad_norm, s.accumulation, s.scaler.get());
