@@ -10,24 +10,30 @@
 #   benchmarks/gpt_gpu.sh [BUILD_DIR]
 #   env: LAYERS HEADS D_MODEL SEQ VOCAB MICRO WARMUP STEPS WINDOWS DEVICE (cuda) PRECISION (bf16)
 #        MODES (eager,compile; empty: trident only) PYTHON (python3) MPIEXEC (mpiexec)
+#        PROFILE (a folder: after the timing, a trace of two steps of each implementation there,
+#        summarised by benchmarks/profile_summary.py)
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "${1:-}"
 L=${LAYERS:-12} H=${HEADS:-12} D=${D_MODEL:-768} T=${SEQ:-1024} V=${VOCAB:-50304} B=${MICRO:-16}
 warmup=${WARMUP:-10} steps=${STEPS:-30} windows=${WINDOWS:-3} device=${DEVICE:-cuda} precision=${PRECISION:-bf16}
 modes=${MODES-eager,compile} python=${PYTHON:-python3} mpiexec=${MPIEXEC:-mpiexec}
 window=$((steps / windows))
+profile=${PROFILE:+$(mkdir -p "$PROFILE" && cd "$PROFILE" && pwd)}
 [ $((warmup % window)) = 0 ] || { echo "WARMUP ($warmup) must be a multiple of STEPS / WINDOWS ($window)" >&2; exit 2; }
 
 # Every step reads new tokens (no sample twice): (warmup + steps) x B samples of T + 1 tokens.
 "$trident" prepare-data synthetic --tokens $(((warmup + steps) * B * (T + 1) + T + 1)) \
   --test-tokens $((B * (T + 1) + 1)) --vocab "$V" --out tokens.h5 >/dev/null
-"$mpiexec" -n 1 "$trident" train /dev/null --set run.name=gpt_gpu --set run.output_dir=run --set data.path=tokens.h5 \
+train_gpt() {  # train_gpt OUTPUT_DIR STEPS
+"$mpiexec" -n 1 "$trident" train /dev/null --set run.name=gpt_gpu --set run.output_dir="$1" --set data.path=tokens.h5 \
   --set model.kind=gpt --set model.layers="$L" --set model.heads="$H" --set model.d_model="$D" --set model.seq_len="$T" \
   --set model.vocab="$V" --set run.device="$device" --set optim.precision="$precision" --set optim.lr=3e-4 \
   --set optim.weight_decay=0.01 --set optim.clip_grad_norm=1.0 --set optim.global_batch="$B" \
-  --set optim.micro_batch="$B" --set run.max_steps=$((warmup + steps)) --set run.log_every="$window" \
-  --set run.peak_tflops=989 --set data.prefetch=4 --set checkpoint.keep_last=1 >trident.log 2>&1 \
-  || { tail -20 trident.log; echo "trident train failed" >&2; exit 1; }
+  --set optim.micro_batch="$B" --set run.max_steps="$2" --set run.log_every="$window" \
+  --set run.peak_tflops=989 --set data.prefetch=4 --set checkpoint.keep_last=1 >"$1.log" 2>&1 \
+  || { tail -20 "$1.log"; echo "trident train failed" >&2; exit 1; }
+}
+train_gpt run $((warmup + steps))
 
 # trident's windows after the warm-up: samples/s x T tokens; the median.
 trident_json=$(python3 - "$T" "$warmup" <<'PY'
@@ -48,7 +54,11 @@ rows=("$trident_json")
 if [ -n "$modes" ]; then
   while IFS= read -r line; do rows+=("$line"); done < <("$python" "$here/gpt_reference.py" --layers "$L" --heads "$H" \
     --d-model "$D" --seq-len "$T" --vocab "$V" --micro-batch "$B" --steps "$steps" --warmup "$warmup" \
-    --windows "$windows" --precision "$precision" --modes "$modes")
+    --windows "$windows" --precision "$precision" --modes "$modes" ${profile:+--profile "$profile"})
+fi
+if [ -n "$profile" ]; then  # trident's trace: its own short run, so that tracing slows no timed step
+  TRIDENT_PROFILE_STEPS=$((warmup)):2 train_gpt profiled $((warmup + 2))
+  cp profiled/profile_rank0.json "$profile/profile_trident.json"
 fi
 printf '%s\n' "${rows[@]}" | python3 -c '
 import json, sys

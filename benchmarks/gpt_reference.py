@@ -97,6 +97,13 @@ def run(mode, args):
             torch.cuda.synchronize()
         rates.append(per_window * args.micro_batch * args.seq_len / (time.perf_counter() - start))
     tokens_per_s = sorted(rates)[len(rates) // 2]
+    if args.profile:  # two more steps under the profiler, after the timing (benchmarks/profile_summary.py)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                step()
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(f"{args.profile}/profile_{mode}.json")
     params = sum(p.numel() for p in model.parameters())
     matmul_params = params - model.token.weight.numel() - model.position.weight.numel()
     flops_per_token = 6 * matmul_params + 12 * args.layers * args.seq_len * args.d_model
@@ -122,6 +129,7 @@ def main():
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--peak-tflops", type=float, default=989.0, help="H100 SXM bf16 dense")
     p.add_argument("--modes", default="eager,compile")
+    p.add_argument("--profile", default="", help="folder for a Chrome trace of two steps per mode")
     args = p.parse_args()
     for mode in args.modes.split(","):
         print(json.dumps(run(mode, args)), flush=True)

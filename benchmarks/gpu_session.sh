@@ -2,7 +2,13 @@
 # What a session with a GPU machine does first, in as few device calls as possible: build every
 # target there (-j of its cores), run the gpu-labelled tests and the MPI tests, then the GPT
 # benchmark (benchmarks/gpt_gpu.sh). Logs and results go to $OUT (the device tool brings them back).
-#   benchmarks/gpu_session.sh [build] [test] [bench]        (default: all three)
+#   benchmarks/gpu_session.sh [build] [test] [mpi] [bench] [cpu]   (default: build test bench)
+# cpu: the studies that need the machine's 16 cores but no GPU (the pipeline bubble at pp 2 and 4,
+# the cnn's weak and strong scaling against PyTorch DDP over gloo).
+# Each step has its own time limit (BUILD_S, TEST_S, MPI_S, BENCH_S, CPU_S seconds), so that one that
+# hangs still leaves the device call time for the next. -Werror is off here (WERROR=ON to turn it
+# on): the GPU machine's newer compiler may warn where CI's does not, and a warning must not cost
+# a device session its build; the build log's warnings are counted instead.
 # CMake arguments for the machine's libraries come from TRIDENT_GPU_CMAKE_ARGS (a GPU machine
 # without the project's Debian packages sets it up first; see the developers' notes); the build
 # goes to BUILD (default /tmp/build, on the machine's own disk).
@@ -12,29 +18,47 @@ build=${BUILD:-/tmp/build} out=${OUT:-/tmp/out}
 mkdir -p "$out"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(build test bench)
+limited() { local seconds=$1; shift; timeout -k 10 "$seconds" "$@"; }
 rc=0
 for step in "${steps[@]}"; do
   start=$SECONDS
   case $step in
     build)
       # shellcheck disable=SC2086  # the arguments are words
-      { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON -DTRIDENT_WERROR=ON \
-          ${TRIDENT_GPU_CMAKE_ARGS:-} && cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1 || rc=1
+      { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON -DTRIDENT_WERROR="${WERROR:-OFF}" \
+          ${TRIDENT_GPU_CMAKE_ARGS:-} && limited "${BUILD_S:-300}" cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1 || rc=1
       grep -E "trident:|error" "$out/build.log" | head -20
+      echo "build warnings: $(grep -c 'warning:' "$out/build.log")"
       ;;
     test)
-      # The gpu tests (np 1 and 2: two ranks share the one GPU over the MPI backend), then the MPI
-      # tests on CPU tensors with this LibTorch.
-      (cd "$build" && ctest -L gpu --output-on-failure -j 2 && ctest -R '^mpi_' -j "$(nproc)" --output-on-failure) \
-        >"$out/test.log" 2>&1 || rc=1
-      grep -E "tests passed|Failed|\*\*\*|Skipped" "$out/test.log" | head -40
+      # The gpu tests (np 1 and 2: two ranks share the one GPU over the MPI backend).
+      (cd "$build" && limited "${TEST_S:-150}" ctest -L gpu --output-on-failure -j 2) >"$out/test.log" 2>&1 || rc=1
+      grep -E "tests passed|Failed|\*\*\*|Skipped|FAILED|Expected|Which is|actual" "$out/test.log" | head -40
+      ;;
+    mpi)
+      # The MPI tests on CPU tensors with this LibTorch (2.x), on the machine's cores. The GPU is
+      # hidden: their decks leave run.device = auto, and two ranks on its one GPU would pick NCCL.
+      (cd "$build" && CUDA_VISIBLE_DEVICES=-1 limited "${MPI_S:-300}" ctest -R '^mpi_' -j "$(nproc)" --output-on-failure) >"$out/mpi.log" 2>&1 || rc=1
+      grep -E "tests passed|Failed|\*\*\*|FAILED" "$out/mpi.log" | head -40
       ;;
     bench)
-      MPIEXEC=${MPIEXEC:-$(command -v mpiexec.mpich || echo mpiexec)} benchmarks/gpt_gpu.sh "$build" >"$out/bench.log" 2>&1 || rc=1
+      # With a trace of two steps of each implementation, summarised here and brought back gzipped.
+      MPIEXEC=${MPIEXEC:-$(command -v mpiexec.mpich || echo mpiexec)} PROFILE=/tmp/profiles \
+        limited "${BENCH_S:-240}" benchmarks/gpt_gpu.sh "$build" >"$out/bench.log" 2>&1 || rc=1
       cp benchmarks/results/gpt_gpu.json "$out/" 2>/dev/null
+      python3 benchmarks/profile_summary.py --steps 2 --top 30 /tmp/profiles/*.json >"$out/profile.log" 2>&1
+      [ -n "${KEEP_TRACES-1}" ] && tar -czf "$out/profiles.tgz" -C /tmp profiles 2>/dev/null
+      grep -E "^== |^per step" "$out/profile.log"
       tail -12 "$out/bench.log"
       ;;
-    *) echo "unknown step '$step' (build | test | bench)" >&2; exit 2 ;;
+    cpu)
+      export MPIEXEC=${MPIEXEC:-$(command -v mpiexec.mpich || echo mpiexec)}
+      { PP=2 limited "${CPU_S:-300}" benchmarks/pipeline.sh "$build"; PP=4 limited "${CPU_S:-300}" benchmarks/pipeline.sh "$build"
+        CUDA_VISIBLE_DEVICES=-1 limited "${CPU_S:-300}" benchmarks/cnn_scaling.sh "$build"; } >"$out/cpu.log" 2>&1 || rc=1
+      tar -czf "$out/cpu_results.tgz" -C benchmarks/results pipeline_pp2.json pipeline_pp4.json cnn_scaling.json 2>/dev/null
+      grep -E "^\||^schedule|^(gpipe|1f1b) |Pipeline bubble" "$out/cpu.log"
+      ;;
+    *) echo "unknown step '$step' (build | test | mpi | bench | cpu)" >&2; exit 2 ;;
   esac
   echo "gpu_session: $step took $((SECONDS - start)) s"
 done

@@ -38,6 +38,7 @@
 #include "train/run_folder.hpp"
 #include "train/run_summary.hpp"
 #include "train/step.hpp"
+#include "train/step_profiler.hpp"
 #include "train/trainer_state.hpp"
 
 namespace trident::train {
@@ -616,6 +617,7 @@ Result Trainer::run() {
   int64_t epoch_steps = 0;
   Stopwatch since_save;
   const int64_t per_epoch = s.sampler->steps_per_epoch();
+  StepProfiler profiler(s.deck.run.output_dir, s.world.rank, s.cuda_index);
   for (int64_t epoch = s.sampler->epoch_of(std::min(s.start_step, s.total_steps - 1)); epoch < s.epochs; ++epoch) {
     const int64_t first = std::max(epoch * per_epoch, s.start_step), end = std::min(s.total_steps, (epoch + 1) * per_epoch);
     if (first >= end) continue;
@@ -626,7 +628,9 @@ Result Trainer::run() {
     epoch_steps = 0;
     // ---- the training loop
     for (int64_t step = first; step < end; ++step) {
+      profiler.before_step(step);
       train_step(s, step, loader.get(), tally);
+      profiler.after_step(step);
       ++epoch_steps;
       progress.step_done();
       comm::progress().step.store(step + 1, std::memory_order_relaxed);
