@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include "comm/cuda_check.hpp"
@@ -39,6 +40,10 @@ int64_t cuda_peak_allocated_bytes(int index) {
 void cuda_synchronize(int index) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
   CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void* cuda_current_stream(int index) {
+  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index)).stream();
 }
 
 }  // namespace trident::comm

@@ -23,5 +23,8 @@ int64_t cuda_total_memory_bytes(int index);
 int64_t cuda_peak_allocated_bytes(int index);
 // Waits for the device's work (timings at a step boundary); nothing in a CPU build.
 void cuda_synchronize(int index);
+// LibTorch's current stream on device `index` (a cudaStream_t), for launching trident's own
+// kernels (kernels/) in order with LibTorch's; null in a CPU build.
+void* cuda_current_stream(int index);
 
 }  // namespace trident::comm

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 
+#include "comm/cuda_runtime.hpp"
+#include "kernels/cross_entropy.hpp"
+
 namespace trident::model {
 
 namespace {
@@ -49,10 +52,56 @@ class LowPrecisionCrossEntropy : public torch::autograd::Function<LowPrecisionCr
   }
 };
 
+// The same on the GPU in two fused kernels (kernels/cross_entropy.hpp): nothing but the logits,
+// the labels and 4 bytes a row of log-sum-exp kept for backward, and no host synchronisation.
+class FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
+ public:
+  static kernels::LogitType type_of(const at::Tensor& logits) {
+    return logits.scalar_type() == at::kBFloat16 ? kernels::LogitType::bf16 : kernels::LogitType::fp16;
+  }
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits_in, const at::Tensor& labels_in,
+                            bool mean) {
+    const at::Tensor logits = logits_in.contiguous(), labels = labels_in.to(at::kLong).contiguous();
+    const int64_t n = logits.size(0);
+    at::Tensor log_sum_exp = at::empty({n}, logits.options().dtype(at::kFloat));
+    at::Tensor row_loss = at::empty({n}, logits.options().dtype(at::kFloat));
+    kernels::cross_entropy_forward(type_of(logits), logits.data_ptr(), labels.data_ptr<int64_t>(), n, logits.size(1),
+                                   log_sum_exp.data_ptr<float>(), row_loss.data_ptr<float>(),
+                                   comm::cuda_current_stream(logits.get_device()));
+    ctx->save_for_backward({logits, labels, log_sum_exp});
+    ctx->saved_data["mean"] = mean;
+    const at::Tensor total = row_loss.sum();
+    return mean ? total / static_cast<double>(n) : total;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& logits = saved[0];
+    const int64_t n = logits.size(0);
+    at::Tensor scale = grad_outputs[0].to(at::kFloat).reshape({1});
+    if (ctx->saved_data["mean"].toBool()) scale = scale / static_cast<double>(n);
+    scale = scale.contiguous();
+    at::Tensor grad = at::empty_like(logits);
+    kernels::cross_entropy_backward(type_of(logits), logits.data_ptr(), saved[1].data_ptr<int64_t>(),
+                                    saved[2].data_ptr<float>(), scale.data_ptr<float>(), n, logits.size(1),
+                                    grad.data_ptr(), comm::cuda_current_stream(logits.get_device()));
+    return {grad, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+bool fused_cross_entropy_applies(const at::Tensor& logits) {
+  return kernels::cross_entropy_built() && logits.is_cuda() &&
+         (logits.scalar_type() == at::kBFloat16 || logits.scalar_type() == at::kHalf);
+}
 
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels, bool mean, int64_t slice_elements) {
   const at::Tensor rows = logits.flatten(0, -2), targets = labels.flatten();  // no-ops on [n, classes]
+  if (fused_cross_entropy_applies(rows))
+    return FusedCrossEntropy::apply(rows, targets, mean);
   if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
     return LowPrecisionCrossEntropy::apply(rows, targets, mean,
                                            std::max<int64_t>(1, slice_elements / std::max<int64_t>(1, rows.size(1))));

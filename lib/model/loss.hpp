@@ -15,6 +15,10 @@
 
 namespace trident::model {
 
+// On the GPU, bf16/fp16 logits go through trident's fused kernels instead (kernels/cross_entropy.hpp):
+// the same quantities, one pass over the logits each way.
+bool fused_cross_entropy_applies(const at::Tensor& logits);
+
 // `slice_elements`: fp32 elements per slice of low-precision logits (rows × classes; at least a row).
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels, bool mean,
                          int64_t slice_elements = int64_t{1} << 25);

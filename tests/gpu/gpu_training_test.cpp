@@ -211,6 +211,10 @@ int main(int argc, char** argv) {
   setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
   ::testing::InitGoogleTest(&argc, argv);
   comm::MpiSession mpi(&argc, &argv);
+  // cuDNN's convolution gradients may split a sum over blocks with atomic adds, in another order
+  // each run; the runs compared here at 1e-5 must differ only by their layout's reduction order.
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
   if (comm::cuda_visible_devices() == 0) {
     if (world_rank() == 0) std::printf("skipped: no GPU visible (CUDA build: %s)\n", comm::cuda_built() ? "yes" : "no");
     return 77;
