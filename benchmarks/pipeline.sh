@@ -3,7 +3,7 @@
 # (p - 1) / (m + p - 1) for m = 1, 2, 4, 8, 16 micro-batches, both schedules, on MPI ranks;
 # and each stage's peak activation memory (micro-batches alive x activation bytes) for gpipe
 # against 1f1b. Model: an mlp of four equal 1024 x 1024 layers (input 1x32x32) and a small head, cut into equal stages.
-#   benchmarks/pipeline.sh [BUILD_DIR]         PP=2 (default) or PP=4 (needs >= 4 cores)
+#   benchmarks/pipeline.sh [BUILD_DIR]         PP=2 (default) or PP=4 (needs >= 4 cores); MPIEXEC (mpiexec)
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "${1:-}"
 pp=${PP:-2}
@@ -18,7 +18,7 @@ json=""
 for schedule in gpipe 1f1b; do
   for m in 1 2 4 8 16; do
     name=${schedule}_m$m
-    mpiexec -n "$pp" "$trident" train /dev/null --set run.name=$name --set data.path=syn.h5 --set model.kind=mlp \
+    "${MPIEXEC:-mpiexec}" -n "$pp" "$trident" train /dev/null --set run.name=$name --set data.path=syn.h5 --set model.kind=mlp \
       --set model.hidden=1024,1024,1024,1024 --set parallel.pp="$pp" --set parallel.schedule=$schedule \
       --set run.max_steps="$steps" --set run.log_every=1000 --set run.threads=1 --set data.prefetch=2 \
       --set optim.micro_batch=32 --set optim.global_batch=$((32 * m)) >$name.log 2>&1
