@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
+
 #include "comm/cuda_check.hpp"
 
 namespace trident::comm {
@@ -24,6 +26,19 @@ std::string cuda_device_name(int index) {
   cudaDeviceProp properties{};
   CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
   return properties.name;
+}
+
+std::string cuda_device_uuid(int index) {
+  cudaDeviceProp properties{};
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
+  std::string text = "GPU-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(properties.uuid.bytes[i]));
+    text += hex;
+  }
+  return text;
 }
 
 int64_t cuda_total_memory_bytes(int index) {

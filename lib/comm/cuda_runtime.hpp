@@ -17,6 +17,9 @@ int cuda_visible_devices();
 void cuda_set_device(int index);
 // "NVIDIA H100 80GB HBM3", or "" in a CPU build.
 std::string cuda_device_name(int index);
+// The device's UUID as nvidia-smi prints it ("GPU-8c0d7a1e-..."): the same physical GPU gives
+// the same string in every process, whatever CUDA_VISIBLE_DEVICES renumbered; "" in a CPU build.
+std::string cuda_device_uuid(int index);
 // Bytes the device has in all, and the most the caching allocator had allocated on it at once
 // since the start (report.json "memory", per rank); 0 in a CPU build.
 int64_t cuda_total_memory_bytes(int index);

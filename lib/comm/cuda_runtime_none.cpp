@@ -9,6 +9,7 @@ bool cuda_built() { return false; }
 int cuda_visible_devices() { return 0; }
 void cuda_set_device(int) { fatal_one("cuda_set_device: this trident was built without CUDA"); }
 std::string cuda_device_name(int) { return ""; }
+std::string cuda_device_uuid(int) { return ""; }
 int64_t cuda_total_memory_bytes(int) { return 0; }
 int64_t cuda_peak_allocated_bytes(int) { return 0; }
 void cuda_synchronize(int) {}

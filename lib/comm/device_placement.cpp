@@ -77,4 +77,32 @@ Placement place_device(const PlacementQuery& q) {
                 " ranks per node, or srun --gpus-per-task=1)");
 }
 
+std::string ranks_sharing_a_gpu(const std::vector<std::string>& gpu_ids, const std::vector<int>& world_ranks,
+                                const std::string& host) {
+  for (size_t j = 0; j < gpu_ids.size(); ++j)
+    for (size_t i = 0; i < j; ++i)
+      if (!gpu_ids[i].empty() && gpu_ids[i] == gpu_ids[j])
+        return "ranks " + std::to_string(world_ranks.at(i)) + " and " + std::to_string(world_ranks.at(j)) + " on " +
+               (host.empty() ? std::string("one node") : host) + " share one GPU (" + gpu_ids[i] + ")";
+  return "";
+}
+
+BackendChoice choose_backend(const std::string& requested, bool on_cuda, const std::string& sharing) {
+  BackendChoice c;
+  if (requested != "auto") {
+    c.backend = requested;
+    if (requested == "nccl" && on_cuda && !sharing.empty())
+      c.error = "parallel.backend = nccl: " + sharing +
+                ", which NCCL refuses; run one rank per GPU (srun --gpus-per-task=1, or at most as many ranks per "
+                "node as GPUs), or set parallel.backend = mpi to stage through host memory";
+    return c;
+  }
+  c.backend = on_cuda && sharing.empty() ? "nccl" : "mpi";
+  if (on_cuda && !sharing.empty())
+    c.note = "parallel.backend = auto: " + sharing +
+             "; NCCL needs one GPU per rank, so the MPI backend stages the collectives through host memory (slower: "
+             "run one rank per GPU for NCCL)";
+  return c;
+}
+
 }  // namespace trident::comm

@@ -36,6 +36,23 @@ struct Placement {
 // A requested value other than auto | cpu | cuda, or numbers out of range, are errors too.
 Placement place_device(const PlacementQuery& query);
 
+// Which ranks of one node train on the same physical GPU: `gpu_ids[i]` is local rank i's GPU
+// (its UUID; "" on the CPU) and `world_ranks[i]` its rank in the job. "" when no two share one;
+// else "ranks A and B on <host> share one GPU (<id>)", the first such pair.
+std::string ranks_sharing_a_gpu(const std::vector<std::string>& gpu_ids, const std::vector<int>& world_ranks,
+                                const std::string& host);
+
+struct BackendChoice {
+  std::string backend;  // "mpi" or "nccl"
+  std::string note;     // non-empty: why auto did not pick the usual one (for the log)
+  std::string error;    // non-empty: the request cannot be met; says why and what to do
+};
+
+// parallel.backend for the run: auto is NCCL on GPUs and MPI on CPUs, except where ranks share
+// a GPU (`sharing` from ranks_sharing_a_gpu on any node): NCCL refuses that ("Duplicate GPU
+// detected"), so auto takes MPI (host staging) and says so, and an explicit nccl is an error.
+BackendChoice choose_backend(const std::string& requested, bool on_cuda, const std::string& sharing);
+
 // CUDA_VISIBLE_DEVICES as the CUDA runtime reads it: comma-separated indices or UUIDs
 // ("GPU-...", "MIG-..."), blanks ignored; the list ends at the first entry that hides the rest
 // (empty, or a negative index such as -1). "" and "-1" mean no device.

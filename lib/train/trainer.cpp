@@ -102,6 +102,41 @@ void choose_device(Trainer::State& s) {
   }
 }
 
+// parallel.backend, where ranks of a node sharing a GPU are found by their GPUs' UUIDs (one
+// visible device per rank cannot tell a node with one GPU from SLURM's --gpus-per-task=1).
+std::string choose_backend(Trainer::State& s) {
+  std::string sharing;
+  if (s.cuda_index >= 0) {
+    MPI_Comm node;
+    MPI_CHECK(MPI_Comm_split_type(s.world.comm, MPI_COMM_TYPE_SHARED, s.world.rank, MPI_INFO_NULL, &node));
+    constexpr int kIdBytes = 64;
+    std::vector<char> mine(kIdBytes, '\0'), all(static_cast<size_t>(kIdBytes) * s.world.local_size);
+    const std::string uuid = comm::cuda_device_uuid(s.cuda_index);
+    std::copy_n(uuid.begin(), std::min<size_t>(uuid.size(), kIdBytes - 1), mine.begin());
+    std::vector<int> world_ranks(s.world.local_size);
+    MPI_CHECK(MPI_Allgather(mine.data(), kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, node));
+    MPI_CHECK(MPI_Allgather(&s.world.rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, node));
+    MPI_CHECK(MPI_Comm_free(&node));
+    std::vector<std::string> ids;
+    for (int i = 0; i < s.world.local_size; ++i) ids.emplace_back(all.data() + static_cast<size_t>(i) * kIdBytes);
+    sharing = comm::ranks_sharing_a_gpu(ids, world_ranks, s.world.host);
+  }
+  // Every rank takes the same backend: a sharing node anywhere decides for all. The lowest rank
+  // that saw one describes it.
+  const int first_sharing = static_cast<int>(
+      s.world_comm->reduce_number(sharing.empty() ? s.world.size : s.world.rank, comm::Reduce::min));
+  if (first_sharing < s.world.size) {
+    int length = static_cast<int>(sharing.size());
+    MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first_sharing, s.world.comm));
+    sharing.resize(static_cast<size_t>(length));
+    MPI_CHECK(MPI_Bcast(sharing.data(), length, MPI_CHAR, first_sharing, s.world.comm));
+  }
+  const comm::BackendChoice choice = comm::choose_backend(s.deck.parallel.backend, s.cuda_index >= 0, sharing);
+  comm::agree_or_throw(s.world.comm, choice.error);
+  if (!choice.note.empty()) log::warn("{}", choice.note);
+  return choice.backend;
+}
+
 // Opens both splits on every rank; the verdict (and message) is the same everywhere.
 void open_dataset(Trainer::State& s) {
   std::string error;
@@ -387,9 +422,8 @@ void Trainer::construct(const std::string& resume) {
 
   const auto dp = static_cast<int>(config::resolved_dp(deck, s.world.size));
   s.topology = std::make_unique<parallel::Topology>(s.world.comm, dp, static_cast<int>(deck.parallel.pp));
-  // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones. (mpi on CUDA tensors stages
-  // them through host memory: several ranks sharing one GPU, which NCCL refuses.)
-  const std::string backend = deck.parallel.backend == "auto" ? (s.device == "cpu" ? "mpi" : "nccl") : deck.parallel.backend;
+  // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones and for ranks sharing a GPU.
+  const std::string backend = choose_backend(s);
   s.dp_comm = comm::make_communicator(backend, s.topology->dp_group(), deck.run.fail_timeout_s);
   s.pp_comm = comm::make_communicator(backend, s.topology->pp_group(), deck.run.fail_timeout_s);
   if (backend == "nccl" && s.topology->pp() > 1)

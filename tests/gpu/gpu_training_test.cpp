@@ -13,6 +13,7 @@
 
 #include "comm/cuda_runtime.hpp"
 #include "comm/world.hpp"
+#include "core/error.hpp"
 #include "run_over_mpi.hpp"
 #include "train_helpers.hpp"
 
@@ -193,6 +194,37 @@ TEST(Gpu, RanksSharingOneGpuOverMpiMatchOneRank) {
           worst = std::max(worst, (value.cpu() - reference.cpu()).abs().max().item<double>() /
                                       std::max(reference.abs().max().item<double>(), 1e-12));
     EXPECT_LE(worst, 1e-5) << layout.name;
+  }
+}
+
+// Two ranks on the one GPU of a node: parallel.backend = auto finds them sharing it (by UUID) and
+// takes the MPI backend, training as one rank would; nccl asked for is bad input naming both
+// ranks, before NCCL's own "Duplicate GPU" failure. Skipped where each rank has its own GPU.
+TEST(Gpu, AutoBackendTakesMpiWhereRanksShareAGpu) {
+  if (world_size() != 2) GTEST_SKIP() << "np 2";
+  if (comm::cuda_visible_devices() >= 2) GTEST_SKIP() << "each rank has its own GPU here";
+  auto deck = tiny_deck("cnn", "shared_gpu_auto");
+  deck.optim.eps = 1e-6;
+  const auto together = run(on(deck, "cuda", "auto"), MPI_COMM_WORLD, "np2");
+  const auto alone = run(on(deck, "cuda"), MPI_COMM_SELF, "np1");
+  double worst = 0;
+  for (const auto& [name, value] : together.trainer->full_parameters())
+    for (const auto& [other, reference] : alone.trainer->full_parameters())
+      if (name == other)
+        worst = std::max(worst, (value.cpu() - reference.cpu()).abs().max().item<double>() /
+                                    std::max(reference.abs().max().item<double>(), 1e-12));
+  EXPECT_LE(worst, 1e-5);
+
+  auto nccl = on(deck, "cuda", "nccl");
+  nccl.run.name = "shared_gpu_nccl";
+  nccl.run.output_dir = shared_scratch_dir() + "/shared_gpu_nccl";
+  try {
+    train::Trainer refused(nccl, MPI_COMM_WORLD, "never");
+    ADD_FAILURE() << "parallel.backend = nccl on a shared GPU was accepted";
+  } catch (const BadInput& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("parallel.backend = nccl: ranks 0 and 1 on"), std::string::npos) << message;
+    EXPECT_NE(message.find("share one GPU (GPU-"), std::string::npos) << message;
   }
 }
 

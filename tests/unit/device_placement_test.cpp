@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+using trident::comm::choose_backend;
 using trident::comm::describe_cuda_visible_devices;
 using trident::comm::parse_cuda_visible_devices;
 using trident::comm::place_device;
 using trident::comm::Placement;
 using trident::comm::PlacementQuery;
+using trident::comm::ranks_sharing_a_gpu;
 
 namespace {
 PlacementQuery query(const std::string& requested, int local_rank, int local_size, int visible,
@@ -108,4 +110,30 @@ TEST(CudaVisibleDevices, DescribesSetAndUnset) {
   EXPECT_EQ(describe_cuda_visible_devices(std::string("0,1")), "CUDA_VISIBLE_DEVICES=0,1");
   EXPECT_EQ(describe_cuda_visible_devices(std::string("")), "CUDA_VISIBLE_DEVICES=");
   EXPECT_EQ(describe_cuda_visible_devices(std::nullopt), "CUDA_VISIBLE_DEVICES unset");
+}
+
+TEST(SharedGpu, FoundByIdentifierNamingBothRanksAndTheHost) {
+  EXPECT_EQ(ranks_sharing_a_gpu({"GPU-a", "GPU-b"}, {4, 5}, "n1"), "");
+  EXPECT_EQ(ranks_sharing_a_gpu({"", ""}, {0, 1}, "n1"), "");  // on the CPU nothing is shared
+  EXPECT_EQ(ranks_sharing_a_gpu({"GPU-a", "GPU-b", "GPU-a"}, {4, 5, 6}, "n1"),
+            "ranks 4 and 6 on n1 share one GPU (GPU-a)");
+  EXPECT_EQ(ranks_sharing_a_gpu({"GPU-a"}, {0}, ""), "");
+}
+
+TEST(SharedGpu, AutoTakesMpiAndSaysWhyNcclRequestedIsAnError) {
+  const std::string sharing = "ranks 0 and 1 on n1 share one GPU (GPU-a)";
+  EXPECT_EQ(choose_backend("auto", false, "").backend, "mpi");
+  const auto gpus = choose_backend("auto", true, "");
+  EXPECT_EQ(gpus.backend, "nccl");
+  EXPECT_TRUE(gpus.note.empty() && gpus.error.empty());
+  const auto shared = choose_backend("auto", true, sharing);
+  EXPECT_EQ(shared.backend, "mpi");
+  EXPECT_TRUE(shared.error.empty());
+  EXPECT_NE(shared.note.find(sharing), std::string::npos) << shared.note;
+  const auto refused = choose_backend("nccl", true, sharing);
+  EXPECT_NE(refused.error.find("parallel.backend = nccl: " + sharing), std::string::npos) << refused.error;
+  EXPECT_NE(refused.error.find("parallel.backend = mpi"), std::string::npos) << refused.error;
+  EXPECT_TRUE(choose_backend("nccl", true, "").error.empty());
+  EXPECT_TRUE(choose_backend("mpi", true, sharing).error.empty());
+  EXPECT_EQ(choose_backend("mpi", true, sharing).backend, "mpi");
 }
