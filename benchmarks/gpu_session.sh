@@ -37,7 +37,7 @@ for step in "${steps[@]}"; do
       ;;
     mpi)
       # The MPI tests on CPU tensors with this LibTorch (2.x), on the machine's cores. The GPU is
-      # hidden: their decks leave run.device = auto, and two ranks on its one GPU would pick NCCL.
+      # hidden: their decks leave run.device = auto, which would put every rank on its one GPU.
       (cd "$build" && CUDA_VISIBLE_DEVICES=-1 limited "${MPI_S:-300}" ctest -R '^mpi_' -j "$(nproc)" --output-on-failure) >"$out/mpi.log" 2>&1 || rc=1
       grep -E "tests passed|Failed|\*\*\*|FAILED" "$out/mpi.log" | head -40
       ;;
