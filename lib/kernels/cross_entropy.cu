@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <string>
 
 #include "comm/cuda_check.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -28,11 +29,15 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half(x); }
 
-// (max, sum of exp(x - max)) of two parts; an empty part has max -inf and sum 0.
+// (max, sum of exp(x - max)) of two parts; an empty part has max -inf and sum 0. A NaN logit
+// makes the max NaN (fmaxf would drop it) and the whole row's loss NaN, so that a diverged
+// model's loss says so.
 struct MaxSum {
   float max, sum;
 };
+__device__ __forceinline__ float max_keeping_nan(float m, float v) { return (v != v || v > m) ? v : m; }
 __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
+  if (a.max != a.max || b.max != b.max) return {NAN, NAN};
   if (a.max == -INFINITY) return b;
   if (b.max == -INFINITY) return a;
   const float m = fmaxf(a.max, b.max);
@@ -42,7 +47,7 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 template <typename T>
 __device__ __forceinline__ void add_values(MaxSum& acc, const T* values, int count) {
   float m = acc.max;
-  for (int i = 0; i < count; ++i) m = fmaxf(m, to_float(values[i]));
+  for (int i = 0; i < count; ++i) m = max_keeping_nan(m, to_float(values[i]));
   float s = acc.max == -INFINITY ? 0.f : acc.sum * __expf(acc.max - m);
   for (int i = 0; i < count; ++i) s += __expf(to_float(values[i]) - m);
   acc = {m, s};
@@ -121,9 +126,16 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(const 
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// One block per row: gridDim.x is at most 2^31 - 1.
+void check_rows(int64_t rows) {
+  if (rows > 2147483647)
+    fatal_one("cross-entropy kernels: " + std::to_string(rows) + " rows of logits, over the 2^31 - 1 of one launch");
+}
+
 template <typename T>
 void forward_as(const void* logits, const int64_t* labels, int64_t rows, int64_t classes, float* lse, float* loss,
                 cudaStream_t stream) {
+  check_rows(rows);
   const bool vectorized = classes % kVector == 0 && aligned(logits);
   cross_entropy_forward_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(static_cast<const T*>(logits), labels,
                                                                            classes, vectorized, lse, loss);
@@ -133,6 +145,7 @@ void forward_as(const void* logits, const int64_t* labels, int64_t rows, int64_t
 template <typename T>
 void backward_as(const void* logits, const int64_t* labels, const float* lse, const float* scale, int64_t rows,
                  int64_t classes, void* grad, cudaStream_t stream) {
+  check_rows(rows);
   const bool vectorized = classes % kVector == 0 && aligned(logits) && aligned(grad);
   cross_entropy_backward_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
       static_cast<const T*>(logits), labels, lse, scale, classes, vectorized, static_cast<T*>(grad));

@@ -100,8 +100,13 @@ bool fused_cross_entropy_applies(const at::Tensor& logits) {
 
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels, bool mean, int64_t slice_elements) {
   const at::Tensor rows = logits.flatten(0, -2), targets = labels.flatten();  // no-ops on [n, classes]
-  if (fused_cross_entropy_applies(rows))
+  if (fused_cross_entropy_applies(rows)) {
+    // The kernels read the labels through a raw pointer: one per row, on the logits' device.
+    TORCH_CHECK(targets.numel() == rows.size(0) && targets.device() == rows.device(), "cross_entropy: ",
+                targets.numel(), " labels on ", targets.device(), " for ", rows.size(0), " rows of logits on ",
+                rows.device());
     return FusedCrossEntropy::apply(rows, targets, mean);
+  }
   if (logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble)
     return LowPrecisionCrossEntropy::apply(rows, targets, mean,
                                            std::max<int64_t>(1, slice_elements / std::max<int64_t>(1, rows.size(1))));

@@ -3,6 +3,7 @@
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <exception>
 #include <set>
 #include <string>
 
@@ -19,10 +20,16 @@ StepProfiler::StepProfiler(const std::string& output_dir, int rank, int cuda_ind
   const char* spec = std::getenv("TRIDENT_PROFILE_STEPS");
   if (!spec || !*spec) return;
   const std::string text(spec);
-  const auto colon = text.find(':');
-  first_ = std::atoll(text.substr(0, colon).c_str());
-  count_ = colon == std::string::npos ? 1 : std::atoll(text.substr(colon + 1).c_str());
-  if (first_ < 0 || count_ < 1) {
+  char* end = nullptr;
+  first_ = std::strtoll(spec, &end, 10);
+  count_ = 1;
+  bool parsed = end != spec;
+  if (parsed && *end == ':') {
+    const char* count_text = end + 1;
+    count_ = std::strtoll(count_text, &end, 10);
+    parsed = end != count_text;
+  }
+  if (!parsed || *end != '\0' || first_ < 0 || count_ < 1) {
     log::warn("TRIDENT_PROFILE_STEPS='{}' is not FIRST:COUNT (step numbers from 0, COUNT >= 1): no trace", text);
     first_ = -1;
     return;
@@ -50,14 +57,25 @@ void StepProfiler::before_step(int64_t step) {
 }
 
 void StepProfiler::after_step(int64_t step) {
-  if (!active_ || step != first_ + count_ - 1) return;
+  if (active_ && step == first_ + count_ - 1) finish();
+}
+
+StepProfiler::~StepProfiler() {
+  try {
+    if (active_) finish();
+  } catch (const std::exception& e) {
+    log::warn("TRIDENT_PROFILE_STEPS: the trace could not be written to {}: {}", path_, e.what());
+  }
+}
+
+void StepProfiler::finish() {
 #if TORCH_VERSION_MAJOR >= 2
   // The last step's kernels finish inside the trace, not after it.
   if (cuda_index_ >= 0) comm::cuda_synchronize(cuda_index_);
   auto result = torch::autograd::profiler::disableProfiler();
   result->save(path_);
   active_ = false;
-  log::info("profile of steps {}..{} written to {}", first_ + 1, first_ + count_, path_);
+  log::info("profile of steps from {} written to {}", first_ + 1, path_);
 #endif
 }
 

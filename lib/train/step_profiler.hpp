@@ -16,12 +16,17 @@ class StepProfiler {
   // Around each step: starts the trace before FIRST, writes it after FIRST + COUNT - 1.
   void before_step(int64_t step);
   void after_step(int64_t step);
+  // A trace still open (the run ended or was stopped inside the range) is written here.
+  ~StepProfiler();
+  StepProfiler(const StepProfiler&) = delete;
+  StepProfiler& operator=(const StepProfiler&) = delete;
 
  private:
   int cuda_index_;
   int64_t first_ = -1, count_ = 0;
   std::string path_;
   bool active_ = false;
+  void finish();
 };
 
 }  // namespace trident::train

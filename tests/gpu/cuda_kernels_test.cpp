@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "comm/cuda_runtime.hpp"
@@ -72,6 +73,20 @@ TEST(CudaKernels, FusedCrossEntropyLabelOutOfRangeIsNan) {
   const at::Tensor logits = at::randn({4, 64}, cuda).to(at::kBFloat16);
   const at::Tensor labels = at::tensor({1, 2, 64, 3}, at::kLong).to(at::kCUDA);
   EXPECT_TRUE(std::isnan(trident::model::cross_entropy(logits, labels, true).item<double>()));
+}
+
+// A NaN logit anywhere in a row makes the loss NaN (a diverged model must not log a finite
+// loss), on the vectorised path and the scalar one, wherever it falls among a thread's elements.
+TEST(CudaKernels, FusedCrossEntropyNanLogitGivesNanLoss) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const int64_t classes : {int64_t{50304}, int64_t{37}, int64_t{1000}})
+    for (const int64_t at_column : {int64_t{0}, int64_t{3}, classes - 1}) {
+      at::Tensor logits = at::randn({4, classes}, cuda).to(at::kBFloat16);
+      logits[2][at_column] = std::numeric_limits<float>::quiet_NaN();
+      const at::Tensor labels = at::randint(classes, {4}, cuda.dtype(at::kLong));
+      EXPECT_TRUE(std::isnan(trident::model::cross_entropy(logits, labels, true).item<double>()))
+          << classes << " classes, NaN at column " << at_column;
+    }
 }
 
 }  // namespace
