@@ -61,6 +61,18 @@ double max_relative(const std::vector<std::pair<std::string, at::Tensor>>& a,
   return worst;
 }
 
+// The same over the parameters `mine` shares by name with `whole` (a stage's against the model's).
+double max_relative_by_name(const std::vector<std::pair<std::string, at::Tensor>>& mine,
+                            const std::vector<std::pair<std::string, at::Tensor>>& whole) {
+  double worst = 0;
+  for (const auto& [name, value] : mine)
+    for (const auto& [other, reference] : whole)
+      if (name == other)
+        worst = std::max(worst, (value.cpu() - reference.cpu()).abs().max().item<double>() /
+                                    std::max(reference.abs().max().item<double>(), 1e-12));
+  return worst;
+}
+
 bool bit_equal(const std::vector<std::pair<std::string, at::Tensor>>& a,
                const std::vector<std::pair<std::string, at::Tensor>>& b) {
   if (a.size() != b.size()) return false;
@@ -185,15 +197,8 @@ TEST(Gpu, RanksSharingOneGpuOverMpiMatchOneRank) {
     alone_deck.parallel.zero = 0;
     const auto alone = run(on(alone_deck, "cuda"), MPI_COMM_SELF, "np1");
     // Under pp each rank holds its stage: compare those parameters by name.
-    const auto mine = together.trainer->full_parameters();
-    const auto whole = alone.trainer->full_parameters();
-    double worst = 0;
-    for (const auto& [name, value] : mine)
-      for (const auto& [other, reference] : whole)
-        if (name == other)
-          worst = std::max(worst, (value.cpu() - reference.cpu()).abs().max().item<double>() /
-                                      std::max(reference.abs().max().item<double>(), 1e-12));
-    EXPECT_LE(worst, 1e-5) << layout.name;
+    EXPECT_LE(max_relative_by_name(together.trainer->full_parameters(), alone.trainer->full_parameters()), 1e-5)
+        << layout.name;
   }
 }
 
@@ -207,13 +212,7 @@ TEST(Gpu, AutoBackendTakesMpiWhereRanksShareAGpu) {
   deck.optim.eps = 1e-6;
   const auto together = run(on(deck, "cuda", "auto"), MPI_COMM_WORLD, "np2");
   const auto alone = run(on(deck, "cuda"), MPI_COMM_SELF, "np1");
-  double worst = 0;
-  for (const auto& [name, value] : together.trainer->full_parameters())
-    for (const auto& [other, reference] : alone.trainer->full_parameters())
-      if (name == other)
-        worst = std::max(worst, (value.cpu() - reference.cpu()).abs().max().item<double>() /
-                                    std::max(reference.abs().max().item<double>(), 1e-12));
-  EXPECT_LE(worst, 1e-5);
+  EXPECT_LE(max_relative_by_name(together.trainer->full_parameters(), alone.trainer->full_parameters()), 1e-5);
 
   auto nccl = on(deck, "cuda", "nccl");
   nccl.run.name = "shared_gpu_nccl";
