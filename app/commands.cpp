@@ -20,7 +20,7 @@
 #include "core/error.hpp"
 #include "data/prepare.hpp"
 #include "report/study.hpp"
-#include "train/plan.hpp"
+#include "train/plan_text.hpp"
 #include "train/trainer.hpp"
 
 namespace po = boost::program_options;

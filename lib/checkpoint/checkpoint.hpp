@@ -14,17 +14,15 @@
 #include <utility>
 #include <vector>
 
+#include "parallel/plan.hpp"
+
 namespace trident::checkpoint {
 
 constexpr int kFormatVersion = 1;
 
-// One tensor of the whole model (every stage).
-struct TensorEntry {
-  std::string name;
-  std::vector<int64_t> shape;
-  int stage = 0;
-  int64_t offset = 0, numel = 0;  // place in its stage's flat buffer (parameters)
-};
+// One tensor of the whole model (every stage) and its place in its stage's flat buffer, as
+// the run's layout plan places it (parallel/plan.hpp): what is written and read by.
+using TensorEntry = parallel::PlacedTensor;
 
 struct Meta {
   int64_t step = 0, epoch = 0, cursor = 0, optimizer_steps = 0, global_batch = 0;

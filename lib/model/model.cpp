@@ -28,31 +28,34 @@ LayerStack build(const config::Deck& deck, const InputSpec& input) {
   return LayerStack(it->second(deck, input));
 }
 
-std::vector<std::vector<int64_t>> layer_shapes(LayerStack& model, const InputSpec& input) {
-  const auto& sample_shape = input.sample_shape;
+std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input) {
   torch::NoGradGuard no_grad;
   const bool training = model->is_training();
   model->eval();
   std::vector<int64_t> two_samples{2};
-  two_samples.insert(two_samples.end(), sample_shape.begin(), sample_shape.end());
+  two_samples.insert(two_samples.end(), input.sample_shape.begin(), input.sample_shape.end());
   auto x = torch::zeros(two_samples, input.tokens ? torch::kLong : torch::kFloat);
-  std::vector<std::vector<int64_t>> shapes{sample_shape};
-  for (size_t l = 0; l < model->layers().size(); ++l) {
-    auto layer = model->layers()[l].module;  // a copy of the handle: forward is not const
-    x = layer->forward(x);
-    shapes.push_back(x.sizes().slice(1).vec());
+  std::vector<LayerInfo> layers;
+  for (const auto& layer : model->layers()) {
+    LayerInfo info;
+    info.name = layer.name;
+    // The stack registers each layer under its name: "<layer>.<its own name>" is the model's.
+    for (const auto& p : layer.module->named_parameters())
+      info.parameters.push_back({layer.name + "." + p.key(), p.value().sizes().vec()});
+    for (const auto& b : layer.module->named_buffers())
+      if (b.value().is_floating_point()) info.buffers.push_back({layer.name + "." + b.key(), b.value().sizes().vec()});
+    auto module = layer.module;  // a copy of the handle: forward is not const
+    x = module->forward(x);
+    info.output_shape = x.sizes().slice(1).vec();
+    layers.push_back(std::move(info));
   }
   model->train(training);
-  return shapes;
+  return layers;
 }
 
-std::vector<int64_t> layer_parameter_counts(LayerStack& model) {
-  std::vector<int64_t> counts;
-  for (const auto& layer : model->layers()) {
-    int64_t n = 0;
-    for (const auto& p : layer.module->parameters()) n += p.numel();
-    counts.push_back(n);
-  }
+std::vector<size_t> parameter_tensors_per_layer(const LayerStack& model) {
+  std::vector<size_t> counts;
+  for (const auto& layer : model->layers()) counts.push_back(layer.module->parameters().size());
   return counts;
 }
 

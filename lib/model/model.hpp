@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/deck.hpp"
+#include "model/layer_info.hpp"
 
 namespace trident::model {
 
@@ -54,10 +55,12 @@ const std::map<std::string, Builder>& registry();
 // The model named by model.kind, initialised from torch's generator (seed it first).
 LayerStack build(const config::Deck& deck, const InputSpec& input);
 
-// One sample's shape entering each layer and leaving the last: shapes[l] is layer l's input,
-// shapes[layers] the model's output (a forward of two zero samples, evaluation mode, no grad).
-std::vector<std::vector<int64_t>> layer_shapes(LayerStack& model, const InputSpec& input);
-std::vector<int64_t> layer_parameter_counts(LayerStack& model);
+// The layer list as plain data (model/layer_info.hpp): each layer's parameters and
+// floating-point buffers by full name and shape, and one sample's shape leaving it (a forward
+// of two zero samples, evaluation mode, no grad).
+std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input);
+// Parameter tensors per layer, in order: layer l owns the next count[l] of the stack's parameters.
+std::vector<size_t> parameter_tensors_per_layer(const LayerStack& model);
 
 std::vector<Layer> build_mlp(const config::Deck& deck, const InputSpec& input);
 std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input);

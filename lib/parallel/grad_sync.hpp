@@ -62,12 +62,6 @@ std::unique_ptr<GradSync> make_zero1(optim::FlatParams& flat, comm::Communicator
 std::unique_ptr<GradSync> make_zero2(optim::FlatParams& flat, comm::Communicator& dp_comm, double bucket_mb);
 std::unique_ptr<GradSync> make_zero3(optim::FlatParams& flat, model::LayerStack& model, comm::Communicator& dp_comm);
 
-// The ZeRO paper's model-state bytes per rank for `numel` parameters over `dp` ranks, in fp32:
-// parameters 4, gradients 4, optimizer state K (AdamW 8: m and v; SGD with momentum 4), each
-// divided by dp where the stage partitions it: zero 0 (8+K)N, 1 (4+4)N + KN/dp, 2 4N + (4+K)N/dp,
-// 3 (8+K)N/dp. (Mixed precision, a later version: 2 + 2 + K with K = 12.)
-int64_t expected_state_bytes(int zero, int64_t numel, int dp, int64_t optimizer_bytes_per_param);
-
 // parallel.zero picks the strategy.
 std::unique_ptr<GradSync> make_grad_sync(const config::Deck& deck, optim::FlatParams& flat, model::LayerStack& model,
                                          comm::Communicator& dp_comm);

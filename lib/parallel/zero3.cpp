@@ -47,13 +47,14 @@ class Zero3 final : public GradSync, public model::LayerHooks {
   Zero3(optim::FlatParams& flat, model::LayerStack& model, comm::Communicator& comm)
       : flat_(flat), model_(model), comm_(comm), partition_(flat.numel(), comm.size()) {
     range_ = partition_.range(comm.rank());
-    // Layer l owns the parameters named "<layer name>.*": a contiguous run of slots.
+    // Layer l owns a contiguous run of slots: the next parameter_tensors_per_layer[l].
     size_t slot = 0;
-    for (const auto& layer : model->layers()) {
+    for (const size_t tensors : model::parameter_tensors_per_layer(model)) {
       LayerSpan span;
       span.first_param = static_cast<int64_t>(slot);
       span.begin = slot < flat.slots.size() ? flat.slots[slot].offset : flat.numel();
-      while (slot < flat.slots.size() && flat.slots[slot].name.rfind(layer.name + ".", 0) == 0) ++slot;
+      slot += tensors;
+      TRIDENT_CHECK(slot <= flat.slots.size(), "zero3: the layers own more parameters than the flat buffer holds");
       span.end_param = static_cast<int64_t>(slot);
       span.end = slot < flat.slots.size() ? flat.slots[slot].offset : flat.numel();
       layers_.push_back(span);
@@ -226,7 +227,7 @@ class Zero3 final : public GradSync, public model::LayerHooks {
   }
 
   optim::FlatParams& flat_;
-  model::LayerStack& model_;
+  model::LayerStack model_;  // a handle on the stage's module
   comm::Communicator& comm_;
   ElementPartition partition_;
   data::Range range_{0, 0};

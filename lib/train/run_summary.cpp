@@ -9,8 +9,7 @@
 #include "core/error.hpp"
 #include "model/gpt.hpp"
 #include "parallel/element_partition.hpp"
-#include "parallel/pipeline_schedule.hpp"
-#include "train/plan.hpp"
+#include "train/plan_text.hpp"
 
 namespace trident::train {
 
@@ -26,8 +25,8 @@ static_assert(sizeof(StageRecord) == kStageRecordFields * sizeof(double), "Stage
 // run.peak_tflops = 0 on a GPU in bf16/fp16: the dense 16-bit tensor-core peak of the GPUs this
 // is known for (H100/H200 SXM 989, A100 312 TFLOP/s); 0 (no MFU) otherwise.
 double default_peak_tflops(const Trainer::State& s) {
-  if (!s.torch_device.is_cuda() || s.deck.optim.precision == "fp32") return 0;
-  const std::string name = comm::cuda_device_name(s.cuda_index);
+  if (!s.conn.torch_device.is_cuda() || s.deck.optim.precision == "fp32") return 0;
+  const std::string name = comm::cuda_device_name(s.conn.cuda_index);
   if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989;
   if (name.find("A100") != std::string::npos) return 312;
   return 0;
@@ -37,63 +36,61 @@ double default_peak_tflops(const Trainer::State& s) {
 
 report::Summary summarize_run(Trainer::State& s, const Result& result, double train_seconds) {
   const auto& deck = s.deck;
-  const auto& topo = *s.topology;
+  const auto& topo = *s.conn.topology;
   report::Summary summary;
   summary.deck = deck;
-  summary.layout = {s.world.size, s.world.node_count, topo.dp(), topo.pp(), static_cast<int>(deck.parallel.zero),
-                    s.dp_comm->backend(), s.device, deck.parallel.schedule, s.micro_batch, s.accumulation, s.threads};
-  summary.steps = s.total_steps;
-  summary.epochs = s.epochs;
-  summary.parameters = static_cast<int64_t>(sum_over_ranks(s, static_cast<double>(s.flat->numel())) / topo.dp());
+  summary.layout = {s.conn.world.size, s.conn.world.node_count, topo.dp(), topo.pp(), static_cast<int>(deck.parallel.zero),
+                    s.conn.dp_comm->backend(), s.conn.device, deck.parallel.schedule, s.stage.plan->micro_batch(), s.stage.plan->accumulation(), s.conn.threads};
+  summary.steps = s.stage.total_steps;
+  summary.epochs = s.stage.epochs;
+  summary.parameters = static_cast<int64_t>(sum_over_ranks(s, static_cast<double>(s.stage.flat->numel())) / topo.dp());
   summary.train_loss = result.train_loss;
   summary.test_loss = result.test_loss;
   summary.test_accuracy = result.test_accuracy;
   summary.samples_per_s = result.samples_per_s;
-  if (s.train_split->tokens()) {
+  if (s.stage.train_split->tokens()) {
     // Per token: 6 N for the matmul parameters (all but the token and position tables) plus
     // attention's matmuls (model/gpt.hpp); achieved TFLOP/s per rank, as Megatron reports it.
-    const int64_t vocab = train::input_spec(deck, *s.train_split).classes;
+    const int64_t vocab = train::input_spec(deck, *s.stage.train_split).classes;
     const int64_t matmul_params = summary.parameters - (vocab + deck.model.seq_len) * deck.model.d_model;
     summary.tokens_per_s = result.samples_per_s * static_cast<double>(deck.model.seq_len);
     summary.tflops = *summary.tokens_per_s *
                      model::gpt_flops_per_token(matmul_params, deck.model.layers, deck.model.seq_len, deck.model.d_model) /
-                     1e12 / s.world.size;
+                     1e12 / s.conn.world.size;
     if (deck.run.peak_tflops > 0) summary.peak_tflops = deck.run.peak_tflops;
     else if (const double peak = default_peak_tflops(s); peak > 0) summary.peak_tflops = peak;
     if (summary.peak_tflops) summary.mfu = *summary.tflops / *summary.peak_tflops;
   }
-  if (s.scaler) {
-    summary.loss_scale = s.scaler->scale();
-    summary.skipped_steps = s.scaler->skipped_steps();
+  if (s.stage.scaler) {
+    summary.loss_scale = s.stage.scaler->scale();
+    summary.skipped_steps = s.stage.scaler->skipped_steps();
   }
-  summary.step_time_s = train_seconds / static_cast<double>(std::max<int64_t>(1, s.total_steps - s.start_step));
-  summary.resumed_from = s.resumed_from;
-  summary.first_step = s.start_step;
+  summary.step_time_s = train_seconds / static_cast<double>(std::max<int64_t>(1, s.stage.total_steps - s.restored.start_step));
+  summary.resumed_from = s.restored.resumed_from;
+  summary.first_step = s.restored.start_step;
   summary.checkpoint_saves = s.saves;
-  summary.gathers = s.grad_sync->gathers();
-  summary.gathers_prefetched = s.grad_sync->gathers_prefetched();
+  summary.gathers = s.stage.grad_sync->gathers();
+  summary.gathers_prefetched = s.stage.grad_sync->gathers_prefetched();
   summary.checkpoint_write_gb_per_s = s.times.checkpoint > 0 ? s.bytes_written / s.times.checkpoint / 1e9 : 0;
-  const double read_seconds = max_over_ranks(s, s.read_seconds);
-  summary.checkpoint_read_gb_per_s = read_seconds > 0 ? sum_over_ranks(s, s.bytes_read) / read_seconds / 1e9 : 0;
+  const double read_seconds = max_over_ranks(s, s.restored.read_seconds);
+  summary.checkpoint_read_gb_per_s = read_seconds > 0 ? sum_over_ranks(s, s.restored.bytes_read) / read_seconds / 1e9 : 0;
   for (double* t : {&s.times.total, &s.times.data_wait, &s.times.forward, &s.times.backward, &s.times.comm_exposed,
                     &s.times.optimizer, &s.times.checkpoint, &s.times.evaluation})
     *t = max_over_ranks(s, *t);
   summary.time = s.times;
-  const int64_t optimizer_k = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
-  const auto state = s.grad_sync->state_bytes();
+  const auto state = s.stage.grad_sync->state_bytes();
   auto max_bytes = [&](int64_t v) { return static_cast<int64_t>(max_over_ranks(s, static_cast<double>(v))); };
-  summary.memory = {max_bytes(state.params), max_bytes(state.grads), max_bytes(s.optimizer->state_bytes()),
+  summary.memory = {max_bytes(state.params), max_bytes(state.grads), max_bytes(s.stage.optimizer->state_bytes()),
                     max_bytes(state.master),
-                    max_bytes(parallel::expected_state_bytes(static_cast<int>(deck.parallel.zero), s.flat->numel(),
-                                                             topo.dp(), optimizer_k))};
+                    max_bytes(s.stage.plan->state_bytes(topo.stage()).total())};
   // Per stage (from its dp rank 0): compute, time blocked on neighbours, bubble, activations.
-  const auto& st = s.pipeline->stats();
+  const auto& st = s.stage.pipeline->stats();
   const StageRecord mine{static_cast<double>(topo.stage()), static_cast<double>(topo.dp_rank()), st.compute_s,
                          st.blocked_s, st.bubble_fraction(), static_cast<double>(st.peak_alive),
-                         static_cast<double>(st.activation_bytes), static_cast<double>(s.flat->numel())};
-  std::vector<StageRecord> all(static_cast<size_t>(s.world.size));
+                         static_cast<double>(st.activation_bytes), static_cast<double>(s.stage.flat->numel())};
+  std::vector<StageRecord> all(static_cast<size_t>(s.conn.world.size));
   MPI_CHECK(MPI_Gather(&mine, kStageRecordFields, MPI_DOUBLE, all.data(), kStageRecordFields, MPI_DOUBLE, 0,
-                       s.world.comm));
+                       s.conn.world.comm));
   double bubble_sum = 0;
   for (const StageRecord& r : all) {
     bubble_sum += r.bubble_fraction;
@@ -102,15 +99,14 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
                               r.bubble_fraction, static_cast<int64_t>(r.activation_bytes),
                               static_cast<int64_t>(r.parameters)});
   }
-  summary.bubble_fraction = bubble_sum / s.world.size;
-  summary.expected_bubble_fraction =
-      topo.pp() > 1 ? parallel::expected_bubble_fraction(topo.pp(), static_cast<int>(s.accumulation)) : 0.0;
+  summary.bubble_fraction = bubble_sum / s.conn.world.size;
+  summary.expected_bubble_fraction = s.stage.plan->expected_bubble();
   summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s, static_cast<double>(report::peak_rss_bytes())));
   const int64_t peak_device =
-      max_bytes(s.torch_device.is_cuda() ? comm::cuda_peak_allocated_bytes(s.cuda_index) : 0);  // collective
-  if (s.torch_device.is_cuda()) {
-    summary.device_name = comm::cuda_device_name(s.cuda_index);
-    summary.device_total_bytes = comm::cuda_total_memory_bytes(s.cuda_index);
+      max_bytes(s.conn.torch_device.is_cuda() ? comm::cuda_peak_allocated_bytes(s.conn.cuda_index) : 0);  // collective
+  if (s.conn.torch_device.is_cuda()) {
+    summary.device_name = comm::cuda_device_name(s.conn.cuda_index);
+    summary.device_total_bytes = comm::cuda_total_memory_bytes(s.conn.cuda_index);
     summary.peak_device_bytes = peak_device;
   }
   return summary;

@@ -21,17 +21,17 @@ namespace {
 // the saved model is the model every rank evaluates. (DDP instead broadcasts rank 0's buffers
 // before each forward, dropping the other replicas' statistics.)
 void average_buffers_over_replicas(Trainer::State& s) {
-  if (s.dp_comm->size() == 1) return;
+  if (s.conn.dp_comm->size() == 1) return;
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> buffers;
-  for (auto& b : s.model->buffers())
+  for (auto& b : s.stage.model->buffers())
     if (b.is_floating_point()) buffers.push_back(b);
   if (buffers.empty()) return;  // the same on every replica: they hold the same stage
   std::vector<at::Tensor> flat_views;
   for (auto& b : buffers) flat_views.push_back(b.reshape({-1}).to(at::kFloat));
   at::Tensor flat = at::cat(flat_views);
-  s.dp_comm->all_reduce_sum(flat);
-  flat.div_(s.dp_comm->size());
+  s.conn.dp_comm->all_reduce_sum(flat);
+  flat.div_(s.conn.dp_comm->size());
   int64_t offset = 0;
   for (auto& b : buffers) {
     b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
@@ -50,8 +50,8 @@ void overflow_if_asked(at::Tensor& grads, int64_t step) {
 // the dp group and over the stages, so every rank has the same number.
 at::Tensor global_squared_norm(Trainer::State& s, const at::Tensor& grads) {
   at::Tensor squared_norm = grads.pow(2).sum().to(at::kDouble);
-  if (s.grad_sync->sharded()) s.dp_comm->all_reduce_sum(squared_norm);
-  if (s.topology->pp() > 1) s.pp_comm->all_reduce_sum(squared_norm);
+  if (s.stage.grad_sync->sharded()) s.conn.dp_comm->all_reduce_sum(squared_norm);
+  if (s.conn.topology->pp() > 1) s.conn.pp_comm->all_reduce_sum(squared_norm);
   return squared_norm;
 }
 
@@ -67,20 +67,20 @@ std::string diverged_message(int64_t step, double norm, double loss, bool found_
 // The step's update with the decisions on the host: one copy of the norm and the loss per step.
 void update_deciding_on_host(Trainer::State& s, int64_t step, const at::Tensor& summed_loss, double lr,
                              StepTally& tally) {
-  at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
-  const double scale = s.scaler ? s.scaler->scale() : 1.0;  // the scale this step's backward used
+  at::Tensor params = s.stage.grad_sync->optimizer_params(), grads = s.stage.grad_sync->optimizer_grads();
+  const double scale = s.stage.scaler ? s.stage.scaler->scale() : 1.0;  // the scale this step's backward used
   overflow_if_asked(grads, step);
   const at::Tensor squared_norm = global_squared_norm(s, grads);
   const at::Tensor on_host = at::stack({squared_norm, summed_loss}).cpu();
   double squares = on_host[0].item<double>();
-  const double step_loss = on_host[1].item<double>() / static_cast<double>(s.accumulation);
+  const double step_loss = on_host[1].item<double>() / static_cast<double>(s.stage.plan->accumulation());
   double grad_norm = 0;
   // fp16: an overflow in the scaled gradients skips the step and lowers the scale; every rank
   // sees the same global sum, so all skip together.
-  if (s.scaler && !s.scaler->update(std::isfinite(squares))) {
-    log::info("step {}: fp16 gradients overflowed; step skipped, loss scale now {}", step, s.scaler->scale());
+  if (s.stage.scaler && !s.stage.scaler->update(std::isfinite(squares))) {
+    log::info("step {}: fp16 gradients overflowed; step skipped, loss scale now {}", step, s.stage.scaler->scale());
   } else {
-    if (s.scaler) {
+    if (s.stage.scaler) {
       grads.div_(scale);
       squares /= scale * scale;
     }
@@ -88,7 +88,7 @@ void update_deciding_on_host(Trainer::State& s, int64_t step, const at::Tensor& 
     // before any checkpoint could store damaged weights.
     if (!std::isfinite(squares)) throw Diverged(diverged_message(step, std::sqrt(squares), step_loss, false));
     grad_norm = optim::clip_by_global_norm(grads, squares, s.deck.optim.clip_grad_norm);
-    s.optimizer->step(params, grads, lr);
+    s.stage.optimizer->step(params, grads, lr);
   }
   tally.last_loss = step_loss;
   tally.last_norm = grad_norm;
@@ -97,10 +97,10 @@ void update_deciding_on_host(Trainer::State& s, int64_t step, const at::Tensor& 
 
 // The same update with the decisions on the device (optim/device_step.hpp): no host wait.
 void update_deciding_on_device(Trainer::State& s, int64_t step, const at::Tensor& summed_loss, double lr) {
-  at::Tensor params = s.grad_sync->optimizer_params(), grads = s.grad_sync->optimizer_grads();
+  at::Tensor params = s.stage.grad_sync->optimizer_params(), grads = s.stage.grad_sync->optimizer_grads();
   overflow_if_asked(grads, step);
   const at::Tensor skip = s.device_step->decide(grads, global_squared_norm(s, grads), summed_loss, step);
-  s.optimizer->step_unless(params, grads, lr, skip);
+  s.stage.optimizer->step_unless(params, grads, lr, skip);
 }
 
 }  // namespace
@@ -117,10 +117,10 @@ std::string forced_step_decisions() {
 void choose_step_decisions(Trainer::State& s) {
   const std::string forced = forced_step_decisions();
   const bool on_device =
-      forced.empty() ? s.torch_device.is_cuda() && optim::fused_optimizers_built() : forced == "device";
+      forced.empty() ? s.conn.torch_device.is_cuda() && optim::fused_optimizers_built() : forced == "device";
   if (on_device)
-    s.device_step = std::make_unique<optim::DeviceStep>(at::TensorOptions().device(s.torch_device),
-                                                        s.deck.optim.clip_grad_norm, s.accumulation, s.scaler.get());
+    s.device_step = std::make_unique<optim::DeviceStep>(at::TensorOptions().device(s.conn.torch_device),
+                                                        s.deck.optim.clip_grad_norm, s.stage.plan->accumulation(), s.stage.scaler.get());
 }
 
 // The device's decisions reach the host: the tally for the log, and a divergence stops the run
@@ -131,7 +131,7 @@ void read_device_step(Trainer::State& s, StepTally& tally) {
   if (r.skipped_steps > tally.skipped_steps)
     log::info("fp16 gradients overflowed in {} step(s) since the last report; those steps were skipped, loss scale "
               "now {}",
-              r.skipped_steps - tally.skipped_steps, s.scaler->scale());
+              r.skipped_steps - tally.skipped_steps, s.stage.scaler->scale());
   tally.last_loss = r.last_loss;
   tally.last_norm = r.last_norm;
   tally.epoch_loss_sum = r.loss_sum;
@@ -141,23 +141,23 @@ void read_device_step(Trainer::State& s, StepTally& tally) {
 void train_step(Trainer::State& s, int64_t step, data::Prefetcher* loader, StepTally& tally) {
   // Each micro-batch's mean loss counts 1 / (micro-batches per step x replicas) of the step's;
   // fp16's scale is a device scalar when the device decides, otherwise the host's.
-  const double loss_scale = 1.0 / static_cast<double>(s.accumulation * s.topology->dp());
+  const double loss_scale = 1.0 / static_cast<double>(s.stage.plan->accumulation() * s.conn.topology->dp());
   const at::Tensor loss_factor =
-      s.device_step && s.scaler
+      s.device_step && s.stage.scaler
           ? s.device_step->loss_factor(loss_scale)
-          : at::full({}, loss_scale * (s.scaler ? s.scaler->scale() : 1.0), at::TensorOptions().device(s.torch_device));
+          : at::full({}, loss_scale * (s.stage.scaler ? s.stage.scaler->scale() : 1.0), at::TensorOptions().device(s.conn.torch_device));
   const at::Tensor summed_loss =
-      s.pipeline->run_step(static_cast<int>(s.accumulation), s.micro_batch, [&] { return loader->next(); },
-                           *s.grad_sync, loss_factor, s.times.forward, s.times.backward);
-  s.grad_sync->finish();
-  const double lr = s.schedule.at(step);
+      s.stage.pipeline->run_step(static_cast<int>(s.stage.plan->accumulation()), s.stage.plan->micro_batch(), [&] { return loader->next(); },
+                           *s.stage.grad_sync, loss_factor, s.times.forward, s.times.backward);
+  s.stage.grad_sync->finish();
+  const double lr = s.stage.schedule.at(step);
   ScopedTimer t(s.times.optimizer);
   torch::NoGradGuard no_grad;
   if (s.device_step)
     update_deciding_on_device(s, step + 1, summed_loss, lr);
   else
     update_deciding_on_host(s, step + 1, summed_loss, lr, tally);
-  s.grad_sync->after_step();
+  s.stage.grad_sync->after_step();
   average_buffers_over_replicas(s);
 }
 

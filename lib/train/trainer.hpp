@@ -43,10 +43,9 @@ class Trainer {
   // load (collective over the stage's dp group under ZeRO, which gathers the partitions).
   std::vector<std::pair<std::string, at::Tensor>> full_optimizer_state();
 
-  struct State;  // the run's objects, defined in trainer.cpp
+  struct State;  // the run's objects (train/trainer_state.hpp)
 
  private:
-  void construct(const std::string& resume);
   std::unique_ptr<State> s_;
 };
 

@@ -24,6 +24,7 @@
 #include "optim/lr_schedule.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/pipeline.hpp"
+#include "parallel/plan.hpp"
 #include "parallel/topology.hpp"
 #include "report/report.hpp"
 #include "train/run_folder.hpp"
@@ -31,43 +32,77 @@
 
 namespace trident::train {
 
-struct Trainer::State {
-  config::Deck deck;
+// connect(): who this rank is, where it computes and how it talks to the others.
+struct Connection {
   comm::World world;
   // The whole run's group over MPI, whatever parallel.backend is: the host numbers every rank
   // agrees on (flags, timings, totals) and the evaluation's sums.
   std::unique_ptr<comm::Communicator> world_comm;
+  std::string device = "cpu";           // where this rank trains (comm/device_placement.hpp)
+  c10::Device torch_device{c10::kCPU};  // the same, for tensors
+  int cuda_index = -1;                  // its CUDA device, -1 on the CPU
+  int threads = 1;
   std::unique_ptr<parallel::Topology> topology;
   std::unique_ptr<comm::Communicator> dp_comm, pp_comm;  // parallel.backend's (comm/backend.hpp)
   std::unique_ptr<comm::Communicator> pp_gradient_comm;  // NCCL: the pipeline's gradients (pipeline.hpp)
-  std::unique_ptr<parallel::Pipeline> pipeline;
+};
+
+// build_stage(): what this rank trains and with what: the data, the layout plan, its stage of
+// the model and everything that updates it.
+struct StageParts {
   std::shared_ptr<data::SplitReader> train_split, test_split;
   std::unique_ptr<data::GlobalSampler> sampler;
-  model::LayerStack model{nullptr};
+  int64_t total_steps = 0, epochs = 0;
+  std::unique_ptr<parallel::Plan> plan;  // the layout: batch arithmetic, stages, checkpoint entries
+  model::LayerStack model{nullptr};      // this stage's layers
+  std::unique_ptr<parallel::Pipeline> pipeline;
   std::unique_ptr<optim::FlatParams> flat;
   std::unique_ptr<parallel::GradSync> grad_sync;
   std::unique_ptr<optim::Optimizer> optimizer;
   optim::LrSchedule schedule;
   std::unique_ptr<optim::LossScaler> scaler;  // fp16 only
+};
+
+// restore(): where the run starts: a checkpoint loaded into the stage, or step 0.
+struct Restored {
+  int64_t start_step = 0;
+  std::string resumed_from;  // "" for a fresh start
+  double read_seconds = 0, bytes_read = 0;
+};
+
+struct Trainer::State {
+  config::Deck deck;
+  std::unique_ptr<RunFolder> run_folder;  // rank 0 holds run.output_dir's lock while it lives
+  Connection conn;
+  StageParts stage;
+  Restored restored;
   // The step's skip/clip/stop decisions made on the device (GPUs, fused optimizers; one host
   // sync per logging interval); null: made on the host after one copy per step.
   std::unique_ptr<optim::DeviceStep> device_step;
-  std::string device = "cpu";                 // where this rank trains (comm/device_placement.hpp)
-  c10::Device torch_device{c10::kCPU};        // the same, for tensors
-  int cuda_index = -1;                        // its CUDA device, -1 on the CPU
-  int threads = 1;
-  std::pair<int, int> stage_layers{0, 0};  // [first, end) of the model's layers on this stage
-  int64_t micro_batch = 1, accumulation = 1, total_steps = 0, epochs = 0;  // micro_batch: resolved (auto)
+  // What the run accumulates for report.json.
   report::PhaseTimes times;
-  // The whole model as checkpoints store it (every stage), and what was restored.
-  std::vector<checkpoint::TensorEntry> all_params, all_buffers;
-  int64_t start_step = 0;
-  std::string resumed_from;
   int64_t saves = 0;
-  double bytes_written = 0, bytes_read = 0, read_seconds = 0;
-  std::unique_ptr<RunFolder> run_folder;     // rank 0 holds run.output_dir's lock while it lives
+  double bytes_written = 0;
   std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
 };
+
+// A Trainer's construction, in order (connect.cpp, build_stage.cpp, checkpointing.cpp).
+// connect: MPI's world, this rank's device and threads, the dp x pp groups and their
+// communicators (parallel.backend). Collective; bad input (run.device, parallel.*) throws
+// BadInput on every rank.
+Connection connect(const config::Deck& deck, MPI_Comm comm);
+// build_stage: opens and checks the dataset, plans the layout from the whole model's layer list,
+// keeps this rank's stage and builds what trains it (pipeline, flat buffers, gradient sync,
+// optimizer, loss scaler). Collective.
+StageParts build_stage(const config::Deck& deck, const Connection& conn);
+// restore: resolves --resume (auto | never | PATH) and loads that checkpoint into the stage,
+// whatever layout wrote it; step 0 when there is none. Collective.
+Restored restore(const config::Deck& deck, const Connection& conn, StageParts& stage, const std::string& resume);
+
+// <run.output_dir>/checkpoints
+std::string checkpoint_dir(const config::Deck& deck);
+// Writes and commits the checkpoint of step `step` (collective), counted in s.times/saves/bytes.
+void save_checkpoint(Trainer::State& s, int64_t step);
 
 // One host number summed / maximised over every rank of the run (s.world_comm).
 double sum_over_ranks(Trainer::State& s, double local);

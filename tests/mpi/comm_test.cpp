@@ -119,8 +119,9 @@ TEST(Topology, StageMajorMapping) {
   Ranks w;
   for (int pp : {1, 2}) {
     if (w.n % pp != 0) continue;
-    parallel::Topology topo(MPI_COMM_WORLD, w.n / pp, pp);
-    EXPECT_EQ(parallel::Topology::rank_of(topo.stage(), topo.dp_rank(), topo.dp()), w.r);
+    parallel::Topology topo(MPI_COMM_WORLD, parallel::RankGrid{w.n / pp, pp});
+    EXPECT_EQ(topo.grid().rank_of(topo.stage(), topo.dp_rank()), w.r);
+    EXPECT_EQ(topo.stage(), w.r / (w.n / pp));
     int dp_size = 0, pp_size = 0;
     MPI_Comm_size(topo.dp_group(), &dp_size);
     MPI_Comm_size(topo.pp_group(), &pp_size);

@@ -2,7 +2,6 @@
 
 #include <numeric>
 
-#include "parallel/grad_sync.hpp"
 #include "parallel/element_partition.hpp"
 
 using trident::parallel::ElementPartition;
@@ -23,12 +22,3 @@ TEST(ElementPartition, UnevenRangesCoverTheBufferAndCountsAddUp) {
     }
 }
 
-TEST(ElementPartition, ExpectedStateBytesFollowTheZeroPaper) {
-  using trident::parallel::expected_state_bytes;
-  const int64_t n = 1000;
-  EXPECT_EQ(expected_state_bytes(0, n, 4, 8), 16 * n);
-  EXPECT_EQ(expected_state_bytes(1, n, 4, 8), 8 * n + 8 * n / 4);
-  EXPECT_EQ(expected_state_bytes(2, n, 4, 8), 4 * n + 12 * n / 4);
-  EXPECT_EQ(expected_state_bytes(3, n, 4, 8), 16 * n / 4);
-  EXPECT_EQ(expected_state_bytes(3, 10, 4, 8), 16 * 3);  // the largest partition, 3 of 10
-}

@@ -90,10 +90,13 @@ TEST(GptModel, LayerListAndParameterCountMatchTheFormula) {
   // embeddings V d + T d; per block 2 LayerNorms (4 d), qkv (3 d^2 + 3 d), attention output
   // (d^2 + d), MLP (4 d^2 + 4 d, 4 d^2 + d); final LayerNorm 2 d; untied head d V.
   EXPECT_EQ(params, vocab * d + t * d + layers * (12 * d * d + 13 * d) + 2 * d + d * vocab);
-  const auto shapes = model::layer_shapes(model, {{t}, vocab, true});
-  EXPECT_EQ(shapes.front(), (std::vector<int64_t>{t}));
-  EXPECT_EQ(shapes[1], (std::vector<int64_t>{t, d}));
-  EXPECT_EQ(shapes.back(), (std::vector<int64_t>{t, vocab}));
+  const auto described = model::describe_layers(model, {{t}, vocab, true});
+  EXPECT_EQ(described.front().output_shape, (std::vector<int64_t>{t, d}));
+  EXPECT_EQ(described.back().output_shape, (std::vector<int64_t>{t, vocab}));
+  int64_t described_params = 0;
+  for (const auto& layer : described) described_params += layer.parameter_count();
+  EXPECT_EQ(described_params, params);
+  EXPECT_EQ(described[1].parameters.front().name.rfind("block1.", 0), 0u);
 }
 
 TEST(GptModel, LogitsAtAPositionDependOnlyOnTokensUpToIt) {

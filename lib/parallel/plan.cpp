@@ -1,0 +1,134 @@
+#include "parallel/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "parallel/layer_cut.hpp"
+#include "parallel/pipeline_schedule.hpp"
+
+namespace trident::parallel {
+
+std::string RankGrid::shape_text() const { return fmt::format("world {} = dp {} x pp {}", world_size(), dp, pp); }
+
+std::string RankGrid::rank_map_text() const { return fmt::format("rank r -> stage r / {}, dp rank r % {}", dp, dp); }
+
+RankGrid RankGrid::of(const config::Deck& deck, int world_size) {
+  const auto pp = static_cast<int>(deck.parallel.pp);
+  const auto dp = static_cast<int>(config::resolved_dp(deck, world_size));
+  if (pp < 1 || dp < 1 || dp * pp != world_size)
+    fatal_all(fmt::format("parallel.dp: dp({}) x pp({}) = {} != world size {}", dp, pp, dp * pp, world_size));
+  return {dp, pp};
+}
+
+ModelStateBytes zero_state_bytes(int zero, int64_t numel, int dp, int64_t optimizer_bytes_per_param) {
+  const int64_t part = (numel + dp - 1) / dp;  // partitions differ by at most one element
+  ModelStateBytes b;
+  b.params = 4 * (zero >= 3 ? part : numel);
+  b.grads = 4 * (zero >= 2 ? part : numel);
+  b.optimizer = optimizer_bytes_per_param * (zero >= 1 ? part : numel);
+  return b;
+}
+
+Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInfo> layers,
+           std::vector<int64_t> input_shape)
+    : grid_(RankGrid::of(deck, world_size)),
+      zero_(static_cast<int>(deck.parallel.zero)),
+      schedule_(deck.parallel.schedule),
+      global_batch_(deck.optim.global_batch),
+      micro_batch_(config::resolved_micro_batch(deck, world_size)),
+      micro_batch_auto_(deck.optim.micro_batch == "auto"),
+      layers_(std::move(layers)) {
+  if (micro_batch_ < 1 || global_batch_ % (micro_batch_ * grid_.dp) != 0)
+    fatal_all(fmt::format("optim.global_batch: {} is not divisible by micro_batch({}) x dp({})", global_batch_,
+                          micro_batch_, grid_.dp));
+  accumulation_ = global_batch_ / (micro_batch_ * grid_.dp);
+  optimizer_bytes_per_param_ = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
+
+  shapes_.push_back(std::move(input_shape));
+  std::vector<int64_t> layer_params;
+  for (const auto& layer : layers_) {
+    shapes_.push_back(layer.output_shape);
+    layer_params.push_back(layer.parameter_count());
+  }
+  first_layer_ = cut_layers(layer_params, grid_.pp, parse_boundaries(deck.parallel.boundaries));
+
+  // Each parameter's place in its stage's flat buffer: the stage's layers' parameters in order.
+  std::vector<int64_t> offset(static_cast<size_t>(grid_.pp), 0);
+  for (int stage = 0; stage < grid_.pp; ++stage) {
+    const auto [begin, end] = stage_layers(stage);
+    for (int l = begin; l < end; ++l) {
+      for (const auto& p : layers_[static_cast<size_t>(l)].parameters) {
+        placed_parameters_.push_back({p.name, p.shape, stage, offset[static_cast<size_t>(stage)], p.numel()});
+        offset[static_cast<size_t>(stage)] += p.numel();
+      }
+      for (const auto& b : layers_[static_cast<size_t>(l)].buffers)
+        placed_buffers_.push_back({b.name, b.shape, stage, 0, b.numel()});
+    }
+  }
+}
+
+int64_t Plan::parameters() const {
+  int64_t n = 0;
+  for (const auto& layer : layers_) n += layer.parameter_count();
+  return n;
+}
+
+std::pair<int, int> Plan::stage_layers(int stage) const {
+  const auto s = static_cast<size_t>(stage);
+  return {first_layer_[s], stage + 1 < grid_.pp ? first_layer_[s + 1] : static_cast<int>(layers_.size())};
+}
+
+int64_t Plan::stage_parameters(int stage) const {
+  const auto [begin, end] = stage_layers(stage);
+  int64_t n = 0;
+  for (int l = begin; l < end; ++l) n += layers_[static_cast<size_t>(l)].parameter_count();
+  return n;
+}
+
+int Plan::largest_stage() const {
+  int largest = 0;
+  for (int s = 1; s < grid_.pp; ++s)
+    if (stage_parameters(s) > stage_parameters(largest)) largest = s;
+  return largest;
+}
+
+const std::vector<int64_t>& Plan::stage_input_shape(int stage) const {
+  return shapes_[static_cast<size_t>(stage_layers(stage).first)];
+}
+
+const std::vector<int64_t>& Plan::stage_output_shape(int stage) const {
+  return shapes_[static_cast<size_t>(stage_layers(stage).second)];
+}
+
+int64_t Plan::activation_bytes(int stage) const {
+  int64_t bytes = 4 * micro_batch_;
+  for (int64_t d : stage_output_shape(stage)) bytes *= d;
+  return bytes;
+}
+
+int64_t Plan::micro_batches_in_flight() const {
+  return schedule_ == "gpipe" ? accumulation_ : std::min<int64_t>(accumulation_, grid_.pp);
+}
+
+double Plan::expected_bubble() const {
+  return grid_.pp > 1 ? expected_bubble_fraction(grid_.pp, static_cast<int>(accumulation_)) : 0.0;
+}
+
+ModelStateBytes Plan::state_bytes(int stage) const {
+  return zero_state_bytes(zero_, stage_parameters(stage), grid_.dp, optimizer_bytes_per_param_);
+}
+
+ModelStateBytes Plan::state_bytes_without_zero(int stage) const {
+  return zero_state_bytes(0, stage_parameters(stage), grid_.dp, optimizer_bytes_per_param_);
+}
+
+std::vector<PlacedTensor> Plan::stage_parameters_placed(int stage) const {
+  std::vector<PlacedTensor> mine;
+  for (const auto& t : placed_parameters_)
+    if (t.stage == stage) mine.push_back(t);
+  return mine;
+}
+
+}  // namespace trident::parallel

@@ -1,0 +1,110 @@
+#pragma once
+// The layout of a run as one pure value, built from the deck, the world size and the model's
+// layer list: which rank is which stage and replica, the batch arithmetic, which layers each
+// stage runs, where every parameter sits in its stage's flat buffer, and what each rank holds
+// (model state under ZeRO, activations in flight, the expected bubble). No MPI, no LibTorch:
+// `trident plan` prints it, the trainer builds from it, report.json states it, and the
+// checkpoint reader places tensors by it. Everything about the layout is computed here once.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/deck.hpp"
+#include "model/layer_info.hpp"
+
+namespace trident::parallel {
+
+// world = dp x pp, stage-major as in Megatron-LM: rank r is stage r / dp and replica r % dp,
+// so a stage's gradient all-reduce stays inside a node when dp <= ranks per node.
+struct RankGrid {
+  int dp = 1, pp = 1;
+  int world_size() const { return dp * pp; }
+  int stage_of(int rank) const { return rank / dp; }
+  int dp_rank_of(int rank) const { return rank % dp; }
+  int rank_of(int stage, int dp_rank) const { return stage * dp + dp_rank; }
+  std::string shape_text() const;     // "world 4 = dp 2 x pp 2"
+  std::string rank_map_text() const;  // "rank r -> stage r / 2, dp rank r % 2"
+  // parallel.dp / parallel.pp for `world_size` ranks; BadInput naming the key if they do not fit.
+  static RankGrid of(const config::Deck& deck, int world_size);
+};
+
+// One tensor of the whole model and its place in its stage's flat buffer (parameters; a
+// buffer's offset is 0). What checkpoints store and read by (checkpoint/checkpoint.hpp).
+struct PlacedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int stage = 0;
+  int64_t offset = 0, numel = 0;
+};
+
+// Model-state bytes one rank holds in fp32, the ZeRO paper's accounting: parameters 4, gradients
+// 4, optimizer state K per parameter (AdamW 8: m and v; SGD with momentum 4), each divided by dp
+// where the stage partitions it: zero 0 (8+K)N, 1 (4+4)N + KN/dp, 2 4N + (4+K)N/dp, 3 (8+K)N/dp,
+// with each partition ceil(N / dp) (the largest, rank 0's). (Mixed precision would be 2 + 2 + K
+// with K = 12.)
+struct ModelStateBytes {
+  int64_t params = 0, grads = 0, optimizer = 0;
+  int64_t total() const { return params + grads + optimizer; }
+};
+
+class Plan {
+ public:
+  // Validates what the layout needs (BadInput naming the key): dp x pp = world, the batch
+  // divides into micro-batches, the layers cut into pp stages.
+  Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInfo> layers,
+       std::vector<int64_t> input_shape);
+
+  const RankGrid& grid() const { return grid_; }
+  int dp() const { return grid_.dp; }
+  int pp() const { return grid_.pp; }
+  int zero() const { return zero_; }
+  const std::string& schedule() const { return schedule_; }
+  int64_t global_batch() const { return global_batch_; }
+  int64_t micro_batch() const { return micro_batch_; }
+  bool micro_batch_auto() const { return micro_batch_auto_; }
+  // Micro-batches per replica per optimizer step (the pipeline's m).
+  int64_t accumulation() const { return accumulation_; }
+
+  const std::vector<model::LayerInfo>& layers() const { return layers_; }
+  int64_t parameters() const;                 // the whole model's
+  std::pair<int, int> stage_layers(int stage) const;  // [first, end) of the layer list
+  int64_t stage_parameters(int stage) const;
+  int largest_stage() const;                  // by parameters (the first of equals)
+  // One sample entering / leaving a stage: what the pipeline's neighbours exchange.
+  const std::vector<int64_t>& stage_input_shape(int stage) const;
+  const std::vector<int64_t>& stage_output_shape(int stage) const;
+  // fp32 bytes of a stage's output for one micro-batch: what it keeps from forward to backward.
+  int64_t activation_bytes(int stage) const;
+  // Micro-batches a stage holds between forward and backward at worst (stage 0): GPipe all m,
+  // 1F1B at most pp.
+  int64_t micro_batches_in_flight() const;
+  // (p - 1) / (m + p - 1) for equal stage times; 0 without a pipeline.
+  double expected_bubble() const;
+
+  // Optimizer state bytes per parameter: AdamW's two moments 8, SGD's momentum 4, plain SGD 0.
+  int64_t optimizer_bytes_per_parameter() const { return optimizer_bytes_per_param_; }
+  ModelStateBytes state_bytes(int stage) const;    // per rank of `stage`, under parallel.zero
+  ModelStateBytes state_bytes_without_zero(int stage) const;
+
+  // Every parameter / floating-point buffer of the whole model with its stage, in model order.
+  const std::vector<PlacedTensor>& placed_parameters() const { return placed_parameters_; }
+  const std::vector<PlacedTensor>& placed_buffers() const { return placed_buffers_; }
+  std::vector<PlacedTensor> stage_parameters_placed(int stage) const;
+
+ private:
+  RankGrid grid_;
+  int zero_ = 0;
+  std::string schedule_;
+  int64_t global_batch_ = 0, micro_batch_ = 1, accumulation_ = 1, optimizer_bytes_per_param_ = 0;
+  bool micro_batch_auto_ = false;
+  std::vector<model::LayerInfo> layers_;
+  std::vector<std::vector<int64_t>> shapes_;  // shapes_[l]: layer l's input; shapes_[layers]: the output
+  std::vector<int> first_layer_;              // of each stage
+  std::vector<PlacedTensor> placed_parameters_, placed_buffers_;
+};
+
+// ModelStateBytes for `numel` parameters over `dp` ranks.
+ModelStateBytes zero_state_bytes(int zero, int64_t numel, int dp, int64_t optimizer_bytes_per_param);
+
+}  // namespace trident::parallel

@@ -1,0 +1,89 @@
+// build_stage(): the second of a Trainer's three construction steps (trainer_state.hpp).
+#include <torch/torch.h>
+
+#include "core/error.hpp"
+#include "model/model.hpp"
+#include "train/plan_text.hpp"
+#include "train/step.hpp"
+#include "train/trainer_state.hpp"
+
+namespace trident::train {
+
+namespace {
+
+// Opens both splits on every rank; the verdict (and message) is the same everywhere.
+void open_dataset(const config::Deck& deck, const Connection& conn, StageParts& st) {
+  std::string error;
+  try {
+    const int64_t seq_len = deck.model.kind == "gpt" ? deck.model.seq_len : 0;
+    st.train_split = std::make_shared<data::SplitReader>(deck.data.path, "train", seq_len);
+    st.test_split = std::make_shared<data::SplitReader>(deck.data.path, "test", seq_len);
+    const int64_t needed = deck.optim.global_batch;
+    if (deck.model.vocab > 0 && deck.model.vocab < st.train_split->classes())
+      error = fmt::format("model.vocab = {} is smaller than the vocabulary of data.path {} (attribute 'vocab' = {})",
+                          deck.model.vocab, deck.data.path, st.train_split->classes());
+    else if (st.train_split->size() < needed)
+      error = fmt::format("data.path {}: /train has {} samples, fewer than one global batch (optim.global_batch = {})",
+                          deck.data.path, st.train_split->size(), needed);
+    else if (st.test_split->sample_shape() != st.train_split->sample_shape())
+      error = fmt::format("data.path {}: /test samples differ in shape from /train samples", deck.data.path);
+    // Each rank scans its share of both splits: tokens always (an id >= vocab would index past
+    // the embedding), float inputs when asked.
+    for (auto* split : {st.train_split.get(), st.test_split.get()}) {
+      if (!error.empty() || !(split->tokens() || deck.data.check_finite)) break;
+      const int64_t n = split->size(), r = conn.world.rank, w = conn.world.size;
+      error = split->find_bad_values(n * r / w, n * (r + 1) / w);
+    }
+  } catch (const BadInput& e) {
+    error = e.what();
+  }
+  comm::agree_or_throw(conn.world.comm, error);
+}
+
+
+// Every rank builds the same model from the seed; the broadcast inside each stage's dp group
+// makes sure the replicas start identical whatever the library does with the seed.
+void broadcast_model(model::LayerStack& model, comm::Communicator& dp_comm) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) dp_comm.broadcast(p, 0);
+  for (auto& b : model->buffers()) dp_comm.broadcast(b, 0);
+}
+
+}  // namespace
+
+StageParts build_stage(const config::Deck& deck, const Connection& conn) {
+  StageParts st;
+  open_dataset(deck, conn, st);
+  st.sampler = std::make_unique<data::GlobalSampler>(st.train_split->size(), deck.optim.global_batch,
+                                                     static_cast<uint64_t>(deck.run.seed));
+  const int64_t per_epoch = st.sampler->steps_per_epoch();
+  st.total_steps = deck.run.max_steps > 0 ? deck.run.max_steps : deck.run.epochs * per_epoch;
+  st.epochs = (st.total_steps + per_epoch - 1) / per_epoch;
+
+  // The whole model from the seed, on the CPU (the same initial weights on every device); the
+  // plan cuts its layer list into stages and this rank keeps its own.
+  const model::InputSpec input = input_spec(deck, *st.train_split);
+  torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
+  auto whole = model::build(deck, input);
+  st.plan = std::make_unique<parallel::Plan>(deck, conn.world.size, model::describe_layers(whole, input),
+                                             input.sample_shape);
+  const int stage = conn.topology->stage();
+  const auto [begin, end] = st.plan->stage_layers(stage);
+  st.model = model::LayerStack(std::vector<model::Layer>(whole->layers().begin() + begin, whole->layers().begin() + end));
+  st.model->to(conn.torch_device);
+  comm::Communicator& gradients = conn.pp_gradient_comm ? *conn.pp_gradient_comm : *conn.pp_comm;
+  st.pipeline = std::make_unique<parallel::Pipeline>(*conn.pp_comm, gradients, stage, st.plan->pp(), st.model,
+                                                     st.plan->stage_input_shape(stage),
+                                                     st.plan->stage_output_shape(stage), deck.parallel.schedule);
+  broadcast_model(st.model, *conn.dp_comm);
+
+  st.flat = std::make_unique<optim::FlatParams>(*st.model, conn.torch_device);
+  st.grad_sync = parallel::make_grad_sync(deck, *st.flat, st.model, *conn.dp_comm);
+  st.optimizer = optim::make_optimizer(deck, /*fused=*/!forced_step_decisions().empty());
+  st.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, st.total_steps};
+  st.pipeline->set_compute(optim::compute_type(deck.optim.precision), conn.torch_device);
+  if (deck.optim.precision == "fp16") st.scaler = std::make_unique<optim::LossScaler>();
+  return st;
+}
+
+}  // namespace trident::train

@@ -1,0 +1,167 @@
+// A Trainer's checkpoints: save_checkpoint at step boundaries, and restore(), the last of its
+// three construction steps (trainer_state.hpp).
+#include <torch/torch.h>
+
+#include <mutex>
+
+#include "checkpoint/checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "parallel/element_partition.hpp"
+#include "train/trainer_state.hpp"
+
+namespace trident::train {
+
+namespace {
+
+// This rank's CUDA generator (its device's default one).
+at::Generator cuda_generator(const Connection& conn) { return at::globalContext().defaultGenerator(conn.torch_device); }
+
+// This rank's part of the stage's flat buffers: the same partition ZeRO uses, so under
+// zero 0 the dp replicas split the writing and under ZeRO each writes what it owns.
+data::Range owned_range(const Connection& conn, const StageParts& st) {
+  return parallel::ElementPartition(st.flat->numel(), conn.topology->dp()).range(conn.topology->dp_rank());
+}
+
+// Restores parameters, optimizer state, buffers and the step from `path`, whatever layout wrote it.
+Restored load_checkpoint(const config::Deck& deck, const Connection& conn, StageParts& st, const std::string& path) {
+  Restored restored;
+  Stopwatch watch;
+  std::string error;
+  try {
+    checkpoint::Reader reader(path);
+    const auto& meta = reader.meta();
+    if (meta.global_batch != deck.optim.global_batch)
+      fatal_all(fmt::format("checkpoint {}: written with optim.global_batch = {}; resuming needs the same global "
+                            "batch (its data cursor is sample {})", path, meta.global_batch, meta.cursor));
+    if (meta.step > st.total_steps)
+      fatal_all(fmt::format("checkpoint {}: it is at step {}, beyond this run's {} steps (run.max_steps / "
+                            "run.epochs); raise them or start fresh with --resume never", path, meta.step,
+                            st.total_steps));
+    reader.check_shapes("params", st.plan->placed_parameters());
+    reader.check_shapes("buffers", st.plan->placed_buffers());
+    const auto mine = st.plan->stage_parameters_placed(conn.topology->stage());
+    const int64_t n = st.flat->numel();
+    const auto range = owned_range(conn, st);
+    torch::NoGradGuard no_grad;
+    if (st.grad_sync->params_partitioned())
+      st.grad_sync->optimizer_params().copy_(reader.read_flat("params", mine, range.begin, range.end));
+    else
+      st.grad_sync->full_params().copy_(reader.read_flat("params", mine, 0, n));
+    st.optimizer->allocate_state(st.grad_sync->optimizer_params());
+    for (auto& [name, state] : st.optimizer->state()) {
+      const bool part = st.grad_sync->sharded();
+      state.copy_(reader.read_flat("optim/" + name, mine, part ? range.begin : 0, part ? range.end : n));
+    }
+    st.optimizer->set_steps(meta.optimizer_steps);
+    // fp16 continues with the saved loss scale (a checkpoint of an fp32/bf16 run has none: the
+    // scaler starts afresh).
+    if (st.scaler && meta.loss_scale > 0)
+      st.scaler->restore(meta.loss_scale, meta.loss_scale_good_steps, meta.skipped_steps);
+    for (auto& b : st.model->named_buffers())
+      if (b.value().is_floating_point()) b.value().copy_(reader.read_tensor("/buffers/" + b.key()).view(b.value().sizes()));
+    // Every rank continues its own random stream when the world size is the one that wrote the
+    // file; under another world size the streams cannot map one to one and stay as seeded.
+    // (Training itself draws no random numbers after initialisation: the data order comes
+    // from run.seed and the step, so resuming is exact either way.)
+    if (meta.world == conn.world.size) {
+      if (const at::Tensor rng = reader.read_rng_state(conn.world.rank); rng.defined()) {
+        at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the default one
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        generator.set_state(rng);
+      }
+      // The CUDA generator likewise, when this run and the writer both trained on GPUs (a file
+      // written on CPUs has none; a GPU file read on CPUs has one nobody needs).
+      if (conn.torch_device.is_cuda())
+        if (const at::Tensor rng = reader.read_rng_state(conn.world.rank, "cuda"); rng.defined()) {
+          at::Generator generator = cuda_generator(conn);
+          std::lock_guard<std::mutex> lock(generator.mutex());
+          generator.set_state(rng);
+        }
+    }
+    restored.start_step = meta.step;
+    restored.bytes_read += 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(st.optimizer->state().size())));
+  } catch (const BadInput& e) {
+    error = e.what();
+  }
+  comm::agree_or_throw(conn.world.comm, error);
+  restored.read_seconds = watch.seconds();
+  restored.resumed_from = path;
+  return restored;
+}
+
+}  // namespace
+
+std::string checkpoint_dir(const config::Deck& deck) { return deck.run.output_dir + "/checkpoints"; }
+
+void save_checkpoint(Trainer::State& s, int64_t step) {
+  Stopwatch watch;
+  const auto range = owned_range(s.conn, s.stage);
+  const int64_t n = range.end - range.begin;
+  checkpoint::Shard shard;
+  shard.stage = s.conn.topology->stage();
+  shard.begin = range.begin;
+  shard.end = range.end;
+  // A GPU rank's shard is copied to host memory first: the writer checksums and writes bytes
+  // through host pointers (on the CPU .cpu() is the tensor itself).
+  shard.params = (s.stage.grad_sync->params_partitioned() ? s.stage.grad_sync->optimizer_params()
+                                                   : s.stage.grad_sync->full_params().narrow(0, range.begin, n))
+                     .cpu();
+  for (auto& [name, state] : s.stage.optimizer->state())
+    shard.states.emplace_back(name, (s.stage.grad_sync->sharded() ? state : state.narrow(0, range.begin, n)).cpu());
+  if (s.conn.topology->dp_rank() == 0)
+    for (const auto& b : s.stage.model->named_buffers())
+      if (b.value().is_floating_point()) shard.buffers.emplace_back(b.key(), b.value().cpu());
+  shard.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  if (s.conn.torch_device.is_cuda()) shard.cuda_rng_state = cuda_generator(s.conn).get_state();
+  std::vector<std::string> state_names;
+  for (auto& st : s.stage.optimizer->state()) state_names.push_back(st.first);
+  checkpoint::Meta meta;
+  meta.step = step;
+  meta.epoch = s.stage.sampler->epoch_of(step);
+  meta.cursor = s.stage.sampler->cursor_of(step);
+  meta.optimizer_steps = s.stage.optimizer->steps();
+  meta.global_batch = s.deck.optim.global_batch;
+  meta.world = s.conn.world.size;
+  meta.dp = s.conn.topology->dp();
+  meta.pp = s.conn.topology->pp();
+  meta.zero = static_cast<int>(s.deck.parallel.zero);
+  meta.deck = config::deck_to_ini(s.deck);
+  meta.trident_version = TRIDENT_VERSION;
+  meta.torch_version = TORCH_VERSION;
+  if (s.stage.scaler) {
+    meta.loss_scale = s.stage.scaler->scale();
+    meta.loss_scale_good_steps = s.stage.scaler->good_steps();
+    meta.skipped_steps = s.stage.scaler->skipped_steps();
+  }
+  const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta, s.stage.plan->placed_parameters(), state_names, s.stage.plan->placed_buffers(), shard,
+                                            s.conn.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
+  const double seconds = watch.seconds();
+  s.times.checkpoint += seconds;
+  ++s.saves;
+  s.bytes_written += sum_over_ranks(s, 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(state_names.size()))));
+  log::info("checkpoint {} written in {:.2f} s", path, seconds);
+}
+
+
+Restored restore(const config::Deck& deck, const Connection& conn, StageParts& st, const std::string& resume) {
+  // --resume resolves to a file the ranks verify together (a bad PATH is bad input); that time
+  // counts as reading it (report.json read_gb_per_s).
+  std::string note, path, error;
+  Stopwatch verifying;
+  try {
+    path = checkpoint::resolve_resume(checkpoint_dir(deck), resume, note, conn.world.comm);
+  } catch (const BadInput& e) {
+    error = e.what();
+  }
+  comm::agree_or_throw(conn.world.comm, error);
+  const double verify_seconds = verifying.seconds();
+  if (conn.world.rank == 0 && resume != "never") log::info("{}", note);
+  if (path.empty()) return {};
+  Restored restored = load_checkpoint(deck, conn, st, path);
+  restored.read_seconds += verify_seconds;
+  return restored;
+}
+
+}  // namespace trident::train

@@ -1,0 +1,116 @@
+// connect(): the first of a Trainer's three construction steps (trainer_state.hpp).
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "comm/backend.hpp"
+#include "comm/cuda_runtime.hpp"
+#include "comm/device_placement.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "train/trainer_state.hpp"
+
+namespace trident::train {
+
+namespace {
+
+int threads_per_rank(const config::Deck& deck, const comm::World& world) {
+  if (deck.run.threads > 0) return static_cast<int>(deck.run.threads);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, static_cast<int>(cores) / world.local_size);
+}
+
+// run.device -> this rank's device from the node's ranks and the GPUs it sees (one rank per
+// GPU; comm/device_placement.hpp), made current before any CUDA or NCCL call of the run.
+void choose_device(const config::Deck& deck, Connection& conn) {
+  comm::PlacementQuery query;
+  query.requested = deck.run.device;
+  query.local_rank = conn.world.local_rank;
+  query.local_size = conn.world.local_size;
+  query.visible_devices = comm::cuda_visible_devices();
+  query.host = conn.world.host;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) query.cuda_visible_devices = visible;
+  const comm::Placement placement = comm::place_device(query);
+  comm::agree_or_throw(conn.world.comm, placement.ok() ? "" : "run.device: " + placement.error);
+  // Every rank on a GPU or none: the backend (auto: nccl or mpi) and the collectives must be the
+  // same on every rank. run.device = auto on an allocation whose nodes differ is bad input.
+  const auto cuda_ranks =
+      static_cast<int>(conn.world_comm->reduce_number(placement.is_cuda() ? 1.0 : 0.0, comm::Reduce::sum));
+  comm::agree_or_throw(conn.world.comm,
+                       cuda_ranks == 0 || cuda_ranks == conn.world.size
+                           ? ""
+                           : fmt::format("run.device = {}: {} of the {} ranks see a GPU and the others none ({} "
+                                         "on {}: {}); ask for nodes alike, or set run.device = cpu",
+                                         deck.run.device, cuda_ranks, conn.world.size,
+                                         placement.is_cuda() ? "a GPU" : "none", conn.world.host, placement.device));
+  conn.device = placement.device;
+  conn.cuda_index = placement.cuda_index;
+  if (placement.is_cuda()) {
+    comm::cuda_set_device(placement.cuda_index);
+    conn.torch_device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(placement.cuda_index));
+    // optim.precision = fp32 on a GPU: matmuls and convolutions on TF32 tensor cores (10-bit
+    // mantissa inputs, fp32 accumulation), as PyTorch's float32_matmul_precision = "high". The
+    // cuBLAS and cuDNN switches only: the CPU's (oneDNN) matmuls stay fp32. Process-wide; the
+    // environment's NVIDIA_TF32_OVERRIDE=0 turns it off (tests/gpu does).
+    at::globalContext().setAllowTF32CuBLAS(true);
+    at::globalContext().setAllowTF32CuDNN(true);
+  }
+}
+
+// parallel.backend, where ranks of a node sharing a GPU are found by their GPUs' UUIDs (one
+// visible device per rank cannot tell a node with one GPU from SLURM's --gpus-per-task=1).
+std::string choose_backend(const config::Deck& deck, const Connection& conn) {
+  std::string sharing;
+  if (conn.cuda_index >= 0) {
+    MPI_Comm node;
+    MPI_CHECK(MPI_Comm_split_type(conn.world.comm, MPI_COMM_TYPE_SHARED, conn.world.rank, MPI_INFO_NULL, &node));
+    constexpr int kIdBytes = 64;
+    std::vector<char> mine(kIdBytes, '\0'), all(static_cast<size_t>(kIdBytes) * conn.world.local_size);
+    const std::string uuid = comm::cuda_device_uuid(conn.cuda_index);
+    std::copy_n(uuid.begin(), std::min<size_t>(uuid.size(), kIdBytes - 1), mine.begin());
+    std::vector<int> world_ranks(conn.world.local_size);
+    MPI_CHECK(MPI_Allgather(mine.data(), kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, node));
+    MPI_CHECK(MPI_Allgather(&conn.world.rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, node));
+    MPI_CHECK(MPI_Comm_free(&node));
+    std::vector<std::string> ids;
+    for (int i = 0; i < conn.world.local_size; ++i) ids.emplace_back(all.data() + static_cast<size_t>(i) * kIdBytes);
+    sharing = comm::ranks_sharing_a_gpu(ids, world_ranks, conn.world.host);
+  }
+  // Every rank takes the same backend: a sharing node anywhere decides for all. The lowest rank
+  // that saw one describes it.
+  const int first_sharing = static_cast<int>(
+      conn.world_comm->reduce_number(sharing.empty() ? conn.world.size : conn.world.rank, comm::Reduce::min));
+  if (first_sharing < conn.world.size) {
+    int length = static_cast<int>(sharing.size());
+    MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first_sharing, conn.world.comm));
+    sharing.resize(static_cast<size_t>(length));
+    MPI_CHECK(MPI_Bcast(sharing.data(), length, MPI_CHAR, first_sharing, conn.world.comm));
+  }
+  const comm::BackendChoice choice = comm::choose_backend(deck.parallel.backend, conn.cuda_index >= 0, sharing);
+  comm::agree_or_throw(conn.world.comm, choice.error);
+  if (!choice.note.empty()) log::warn("{}", choice.note);
+  return choice.backend;
+}
+
+}  // namespace
+
+Connection connect(const config::Deck& deck, MPI_Comm comm) {
+  Connection conn;
+  conn.world = comm::World::from(comm);
+  conn.world_comm = std::make_unique<comm::MpiCommunicator>(conn.world.comm);
+  conn.threads = threads_per_rank(deck, conn.world);
+  torch::set_num_threads(conn.threads);
+  choose_device(deck, conn);
+  conn.topology = std::make_unique<parallel::Topology>(conn.world.comm, parallel::RankGrid::of(deck, conn.world.size));
+  // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones and for ranks sharing a GPU.
+  const std::string backend = choose_backend(deck, conn);
+  conn.dp_comm = comm::make_communicator(backend, conn.topology->dp_group(), deck.run.fail_timeout_s);
+  conn.pp_comm = comm::make_communicator(backend, conn.topology->pp_group(), deck.run.fail_timeout_s);
+  if (backend == "nccl" && conn.topology->pp() > 1)
+    conn.pp_gradient_comm = comm::make_communicator(backend, conn.topology->pp_group(), deck.run.fail_timeout_s);
+  return conn;
+}
+
+}  // namespace trident::train

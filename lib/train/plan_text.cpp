@@ -1,0 +1,94 @@
+#include "train/plan_text.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "comm/cuda_runtime.hpp"
+#include "data/dataset.hpp"
+#include "model/model.hpp"
+#include "parallel/plan.hpp"
+
+namespace trident::train {
+
+model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& train_split) {
+  const int64_t classes = train_split.tokens() ? std::max(deck.model.vocab, train_split.classes()) : train_split.classes();
+  return {train_split.sample_shape(), classes, train_split.tokens()};
+}
+
+namespace {
+
+// The dataset's sample shape when the file is there; else Fashion-MNIST's, or byte tokens.
+model::InputSpec input_of(const config::Deck& deck, std::string& source) {
+  const bool gpt = deck.model.kind == "gpt";
+  if (std::filesystem::exists(deck.data.path)) {
+    data::SplitReader reader(deck.data.path, "train", gpt ? deck.model.seq_len : 0);
+    source = deck.data.path;
+    return input_spec(deck, reader);
+  }
+  if (gpt) {
+    const int64_t vocab = deck.model.vocab > 0 ? deck.model.vocab : 256;
+    source = fmt::format("assumed {} tokens of a vocabulary of {} ({} not found)", deck.model.seq_len, vocab,
+                         deck.data.path);
+    return {{deck.model.seq_len}, vocab, true};
+  }
+  source = "assumed 1x28x28, 10 classes (" + deck.data.path + " not found)";
+  return {{1, 28, 28}, 10};
+}
+
+std::string gib(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= (1 << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
+  if (b >= (1 << 20)) return fmt::format("{:.2f} MiB", b / (1 << 20));
+  return fmt::format("{:.1f} KiB", b / 1024);
+}
+
+}  // namespace
+
+std::string plan_text(const config::Deck& deck, int world) {
+  std::string source;
+  const auto input = input_of(deck, source);
+  torch::manual_seed(0);
+  auto model = model::build(deck, input);
+  const parallel::Plan plan(deck, world, model::describe_layers(model, input), input.sample_shape);
+  const int dp = plan.dp(), pp = plan.pp();
+
+  std::string out;
+  out += fmt::format("layout: {} | zero {} | {}\n", plan.grid().shape_text(), plan.zero(), plan.grid().rank_map_text());
+  out += fmt::format("batch: global {} = micro {}{} x dp {} x accumulation {}\n", plan.global_batch(),
+                     plan.micro_batch(), plan.micro_batch_auto() ? " (auto)" : "", dp, plan.accumulation());
+  out += fmt::format("model {}: {} parameters in {} layers (input {})\n", deck.model.kind, plan.parameters(),
+                     plan.layers().size(), source);
+  for (int s = 0; s < pp; ++s) {
+    std::string names;
+    const auto [begin, end] = plan.stage_layers(s);
+    for (int l = begin; l < end; ++l) names += (names.empty() ? "" : ", ") + plan.layers()[static_cast<size_t>(l)].name;
+    out += fmt::format("  stage {}: {:>12} parameters, {} of activations per micro-batch  [{}]\n", s,
+                       plan.stage_parameters(s), gib(plan.activation_bytes(s)), names);
+  }
+  // Model state is per stage: the largest stage decides.
+  const int largest = plan.largest_stage();
+  const parallel::ModelStateBytes state = plan.state_bytes(largest);
+  out += fmt::format("model state per rank of the largest stage (fp32, {}): params {} + grads {} + optimizer {} = {}\n",
+                     deck.optim.name, gib(state.params), gib(state.grads), gib(state.optimizer), gib(state.total()));
+  out += fmt::format("ZeRO paper's expectation for zero {}: {} per rank (zero 0 would be {})\n", plan.zero(),
+                     gib(state.total()), gib(plan.state_bytes_without_zero(largest).total()));
+  out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f} = (p - 1) / (m + p - 1)\n", plan.accumulation(),
+                     plan.schedule(), plan.expected_bubble());
+  // On a GPU all of this is device memory: the model state and the stage outputs of the
+  // micro-batches in flight between forward and backward.
+  int64_t largest_activation = 0;
+  for (int s = 0; s < pp; ++s) largest_activation = std::max(largest_activation, plan.activation_bytes(s));
+  const int64_t in_flight = plan.micro_batches_in_flight();
+  const int64_t device_bytes = state.total() + in_flight * largest_activation;
+  std::string gpu;
+  if (const int gpus = comm::cuda_visible_devices(); gpus > 0)
+    gpu = fmt::format(" of {} on this node's {}", gib(comm::cuda_total_memory_bytes(0)), comm::cuda_device_name(0));
+  out += fmt::format("device memory per rank on a GPU: at least {} = model state {} + stage outputs of {} micro-batch(es) "
+                     "in flight {}{} (the layers' inner activations and the allocator's cache come on top)\n",
+                     gib(device_bytes), gib(state.total()), in_flight, gib(in_flight * largest_activation), gpu);
+  return out;
+}
+
+}  // namespace trident::train
