@@ -287,79 +287,76 @@ std::unique_ptr<data::Prefetcher> open_train_loader(Trainer::State& s, int64_t f
                                  /*pin_memory=*/s.conn.torch_device.is_cuda());
 }
 
-}  // namespace
-
-Result Trainer::run() {
-  auto& s = *s_;
-  Stopwatch wall;
-  log_layout(s);
-  if (s.restored.start_step >= s.stage.total_steps) return already_trained(s);
-
-  Result result;
-  result.first_step = s.restored.start_step;
-  result.resumed_from = s.restored.resumed_from;
-  ProgressLog progress(s, result);
+// What the run carries from step to step and epoch to epoch.
+struct RunTotals {
+  RunTotals(const Trainer::State& s, Result& result)
+      : progress(s, result), profiler(s.deck.run.output_dir, s.conn.world.rank, s.conn.cuda_index) {
+    if (s.stage.scaler) tally.skipped_steps = s.stage.scaler->skipped_steps();
+  }
+  ProgressLog progress;
+  StepProfiler profiler;  // TRIDENT_PROFILE_STEPS
   StepTally tally;
-  if (s.stage.scaler) tally.skipped_steps = s.stage.scaler->skipped_steps();
   Evaluation last_eval;
-  double train_seconds = 0;
+  double train_seconds = 0;  // in training steps, this rank
   int64_t epoch_steps = 0;
   Stopwatch since_save;
-  const int64_t per_epoch = s.stage.sampler->steps_per_epoch();
-  StepProfiler profiler(s.deck.run.output_dir, s.conn.world.rank, s.conn.cuda_index);
-  for (int64_t epoch = s.stage.sampler->epoch_of(std::min(s.restored.start_step, s.stage.total_steps - 1)); epoch < s.stage.epochs; ++epoch) {
-    const int64_t first = std::max(epoch * per_epoch, s.restored.start_step), end = std::min(s.stage.total_steps, (epoch + 1) * per_epoch);
-    if (first >= end) continue;
-    const auto loader = open_train_loader(s, first, end);
-    Stopwatch epoch_watch;
-    tally.epoch_loss_sum = 0;
-    if (s.device_step) s.device_step->reset_loss_sum();
-    epoch_steps = 0;
-    // ---- the training loop
-    for (int64_t step = first; step < end; ++step) {
-      profiler.before_step(step);
-      train_step(s, step, loader.get(), tally);
-      profiler.after_step(step);
-      ++epoch_steps;
-      progress.step_done();
-      comm::progress().step.store(step + 1, std::memory_order_relaxed);
-      stall_if_asked(s.conn.world.rank, step + 1);
-      const StepBoundary due = agree_at_step_end(s, step + 1, since_save);
-      // The device's decisions reach the host where the host needs them (a divergence stops here).
-      if (s.device_step && (due.log || due.save || due.stop || step + 1 == end)) read_device_step(s, tally);
-      if (due.log) progress.log(s, step + 1, epoch, s.stage.schedule.at(step), tally);
-      if (due.save) {
-        save_checkpoint(s, step + 1);
-        since_save.reset();
-      }
-      if (due.stop) {
-        progress.close();
-        s.watchdog->stop();
-        throw StoppedBySignal(fmt::format("stopped by a signal after step {}; checkpoint committed in {}", step + 1,
-                                          checkpoint_dir(s.deck)));
-      }
-    }
-    // ---- end of epoch: evaluation
-    if (loader) s.times.data_wait += loader->wait_seconds();
-    train_seconds += epoch_watch.seconds();
-    {
-      ScopedTimer t(s.times.evaluation);
-      last_eval = evaluate_test_split(s);
-    }
-    log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.stage.epochs,
-              replica_mean(s, tally.epoch_loss_sum / std::max<int64_t>(1, epoch_steps)), last_eval.loss,
-              100.0 * last_eval.accuracy);
-    progress.restart_window();
-  }
+};
 
-  // ---- end of run: the trained model, the result, report.json
+// Steps [first, end) of epoch `epoch`: each trained, then the boundary's agreed log, save or stop.
+void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, RunTotals& run) {
+  const auto loader = open_train_loader(s, first, end);
+  Stopwatch epoch_watch;
+  run.tally.epoch_loss_sum = 0;
+  if (s.device_step) s.device_step->reset_loss_sum();
+  run.epoch_steps = 0;
+  for (int64_t step = first; step < end; ++step) {
+    run.profiler.before_step(step);
+    train_step(s, step, loader.get(), run.tally);
+    run.profiler.after_step(step);
+    ++run.epoch_steps;
+    run.progress.step_done();
+    comm::progress().step.store(step + 1, std::memory_order_relaxed);
+    stall_if_asked(s.conn.world.rank, step + 1);
+    const StepBoundary due = agree_at_step_end(s, step + 1, run.since_save);
+    // The device's decisions reach the host where the host needs them (a divergence stops here).
+    if (s.device_step && (due.log || due.save || due.stop || step + 1 == end)) read_device_step(s, run.tally);
+    if (due.log) run.progress.log(s, step + 1, epoch, s.stage.schedule.at(step), run.tally);
+    if (due.save) {
+      save_checkpoint(s, step + 1);
+      run.since_save.reset();
+    }
+    if (due.stop) {
+      run.progress.close();
+      s.watchdog->stop();
+      throw StoppedBySignal(fmt::format("stopped by a signal after step {}; checkpoint committed in {}", step + 1,
+                                        checkpoint_dir(s.deck)));
+    }
+  }
+  if (loader) s.times.data_wait += loader->wait_seconds();
+  run.train_seconds += epoch_watch.seconds();
+}
+
+// The test split after an epoch, and the epoch's line.
+void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
+  {
+    ScopedTimer t(s.times.evaluation);
+    run.last_eval = evaluate_test_split(s);
+  }
+  log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.stage.epochs,
+            replica_mean(s, run.tally.epoch_loss_sum / std::max<int64_t>(1, run.epoch_steps)), run.last_eval.loss,
+            100.0 * run.last_eval.accuracy);
+  run.progress.restart_window();
+}
+
+// The end of the run: the trained model saved, the rest of `result`, report.json (rank 0).
+void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
   if (s.restored.start_step < s.stage.total_steps || s.saves == 0) save_checkpoint(s, s.stage.total_steps);
-  progress.close();
+  run.progress.close();
   result.steps = s.stage.total_steps;
-  result.train_loss = replica_mean(s, tally.epoch_loss_sum / std::max<int64_t>(1, epoch_steps));
-  result.test_loss = last_eval.loss;
-  result.test_accuracy = last_eval.accuracy;
-  train_seconds = max_over_ranks(s, train_seconds);
+  result.train_loss = replica_mean(s, run.tally.epoch_loss_sum / std::max<int64_t>(1, run.epoch_steps));
+  result.test_loss = run.last_eval.loss;
+  result.test_accuracy = run.last_eval.accuracy;
+  const double train_seconds = max_over_ranks(s, run.train_seconds);
   result.samples_per_s = static_cast<double>((s.stage.total_steps - s.restored.start_step) * s.deck.optim.global_batch) /
                          std::max(train_seconds, 1e-9);
   s.times.comm_exposed = s.stage.grad_sync->exposed_comm_seconds();
@@ -370,7 +367,33 @@ Result Trainer::run() {
   summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());
   if (s.conn.world.rank == 0) report::write_report_json(s.deck.run.output_dir + "/report.json", summary);
   log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
-            s.stage.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, s.deck.run.output_dir);
+            s.stage.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy,
+            s.deck.run.output_dir);
+}
+
+}  // namespace
+
+// The run: train each epoch's steps, evaluate after each epoch, finish with the saved model and
+// report.json. A resumed run starts inside the epoch of its checkpoint's step.
+Result Trainer::run() {
+  auto& s = *s_;
+  Stopwatch wall;
+  log_layout(s);
+  if (s.restored.start_step >= s.stage.total_steps) return already_trained(s);
+  Result result;
+  result.first_step = s.restored.start_step;
+  result.resumed_from = s.restored.resumed_from;
+  RunTotals run(s, result);
+  const int64_t per_epoch = s.stage.sampler->steps_per_epoch();
+  const int64_t first_epoch = s.stage.sampler->epoch_of(std::min(s.restored.start_step, s.stage.total_steps - 1));
+  for (int64_t epoch = first_epoch; epoch < s.stage.epochs; ++epoch) {
+    const int64_t first = std::max(epoch * per_epoch, s.restored.start_step);
+    const int64_t end = std::min(s.stage.total_steps, (epoch + 1) * per_epoch);
+    if (first >= end) continue;
+    train_epoch(s, epoch, first, end, run);
+    evaluate_epoch(s, epoch, run);
+  }
+  finish_run(s, run, result, wall);
   return result;
 }
 
