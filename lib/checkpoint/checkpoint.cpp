@@ -18,13 +18,13 @@
 
 #include "comm/world.hpp"
 #include "core/error.hpp"
-#include "data/hdf5_file.hpp"
+#include "core/hdf5.hpp"
 #include "data/prepare.hpp"
 
 namespace trident::checkpoint {
 
 namespace fs = std::filesystem;
-using data::Hid;
+using hdf5::Hid;
 
 namespace {
 constexpr int64_t kWritePieceBytes = int64_t{1} << 20;  // the largest single write (see save)
@@ -92,7 +92,7 @@ void add_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_
 
 Hid select_range(hid_t dataset, hsize_t lo, hsize_t hi) {
   Hid space(HDF5_CHECK(H5Dget_space(dataset)));
-  const auto dims = data::dataset_shape(dataset);
+  const auto dims = hdf5::dataset_shape(dataset);
   bool first = true;
   if (dims.empty()) {
     HDF5_CHECK(H5Sselect_all(space));
@@ -234,8 +234,8 @@ at::Tensor read_checked(hid_t dataset, const std::string& path, const std::strin
 std::string save(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
                  const Shard& shard, MPI_Comm comm, int keep_last) {
-  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
-  data::hdf5_quiet();
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  hdf5::quiet();
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   const std::string final_path = dir + "/" + step_file(meta.step);
@@ -360,9 +360,9 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
     HDF5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, blocks[d].data()));
   }
   const std::string text = meta_text(meta);
-  data::write_string_attribute(file, "meta", text);
-  data::write_string_attribute(file, "deck", meta.deck);
-  data::write_int_attribute(file, "meta_crc32", text_crc(text));
+  hdf5::write_string_attribute(file, "meta", text);
+  hdf5::write_string_attribute(file, "deck", meta.deck);
+  hdf5::write_int_attribute(file, "meta_crc32", text_crc(text));
   // Agreed before the flush too: H5Fflush is collective, a rank that skipped it would hang the rest.
   std::string failure = comm::first_error(comm, write_error);
   if (failure.empty()) {
@@ -414,13 +414,13 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
 // ---- read ----------------------------------------------------------------------------------
 
 Reader::Reader(const std::string& path) : path_(path), file_(-1) {
-  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
-  data::hdf5_quiet();
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  hdf5::quiet();
   if (!fs::exists(path)) fatal_all(fmt::format("checkpoint {}: no such file", path));
-  if (!data::is_hdf5_file(path)) fatal_all(fmt::format("checkpoint {}: not an HDF5 file (truncated?)", path));
+  if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("checkpoint {}: not an HDF5 file (truncated?)", path));
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it (truncated or damaged)", path));
-  const std::string text = data::read_string_attribute(file_, "meta");
+  const std::string text = hdf5::read_string_attribute(file_, "meta");
   long long stored_crc = -1;
   if (H5Aexists(file_, "meta_crc32") > 0) {
     Hid attr(HDF5_CHECK(H5Aopen(file_, "meta_crc32", H5P_DEFAULT)));
@@ -449,22 +449,22 @@ Reader::Reader(const std::string& path) : path_(path), file_(-1) {
     meta_.loss_scale_good_steps = num("loss_scale_good_steps");
     meta_.skipped_steps = num("skipped_steps");
   }
-  meta_.deck = data::read_string_attribute(file_, "deck");
+  meta_.deck = hdf5::read_string_attribute(file_, "deck");
 }
 
 Reader::~Reader() {
-  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   if (file_ >= 0) H5Fclose(file_);
 }
 
 void Reader::check_shapes(const std::string& group, const std::vector<TensorEntry>& entries) const {
-  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   for (const auto& t : entries) {
     const std::string name = dataset_name(group, t.name);
-    if (!data::link_exists(file_, name.substr(1)))
+    if (!hdf5::link_exists(file_, name.substr(1)))
       fatal_all(fmt::format("checkpoint {}: tensor {} is missing (another model?)", path_, name));
     Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
-    const auto dims = data::dataset_shape(dataset);
+    const auto dims = hdf5::dataset_shape(dataset);
     if (std::vector<int64_t>(dims.begin(), dims.end()) != t.shape)
       fatal_all(fmt::format("checkpoint {}: tensor {} has shape {}, the model's is {}", path_, name,
                             fmt::join(dims, "x"), fmt::join(t.shape, "x")));
@@ -473,7 +473,7 @@ void Reader::check_shapes(const std::string& group, const std::vector<TensorEntr
 
 at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
                              int64_t end) const {
-  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   at::Tensor out = at::empty({end - begin}, at::kFloat);
   for (const auto& t : entries) {
     const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
@@ -486,30 +486,30 @@ at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorE
 }
 
 at::Tensor Reader::read_rng_state(int rank, const std::string& kind) const {
-  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   const std::string name = "/rng/" + kind;
-  if (!data::link_exists(file_, name.substr(1))) return at::Tensor();
+  if (!hdf5::link_exists(file_, name.substr(1))) return at::Tensor();
   Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
-  const auto shape = data::dataset_shape(dataset);
+  const auto shape = hdf5::dataset_shape(dataset);
   if (shape.size() != 2 || rank >= static_cast<int>(shape[0])) return at::Tensor();
   const auto bytes = static_cast<int64_t>(shape[1]);
   return read_checked(dataset, path_, name, rank * bytes, (rank + 1) * bytes);
 }
 
 at::Tensor Reader::read_tensor(const std::string& name) const {
-  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
-  if (!data::link_exists(file_, name.substr(1)))
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  if (!hdf5::link_exists(file_, name.substr(1)))
     fatal_all(fmt::format("checkpoint {}: tensor {} is missing (another model?)", path_, name));
   Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
   int64_t numel = 1;
-  for (auto d : data::dataset_shape(dataset)) numel *= static_cast<int64_t>(d);
+  for (auto d : hdf5::dataset_shape(dataset)) numel *= static_cast<int64_t>(d);
   return read_checked(dataset, path_, name, 0, numel);
 }
 
 std::string verify(const std::string& path, int part, int parts) {
   try {
     Reader reader(path);
-    std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
     std::vector<std::string> datasets;
     Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
     collect_datasets(file, datasets);
@@ -531,9 +531,9 @@ std::string verify(const std::string& path, int part, int parts) {
 }
 
 bool is_checkpoint(const std::string& path) {
-  std::lock_guard<std::recursive_mutex> lock(data::hdf5_mutex());
-  data::hdf5_quiet();
-  if (!data::is_hdf5_file(path)) return false;
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  hdf5::quiet();
+  if (!hdf5::is_hdf5_file(path)) return false;
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   return file.valid() && H5Aexists(file, "meta") > 0;
 }

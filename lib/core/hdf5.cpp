@@ -1,17 +1,17 @@
-#include "data/hdf5_file.hpp"
+#include "core/hdf5.hpp"
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 
-namespace trident::data {
+namespace trident::hdf5 {
 
-std::recursive_mutex& hdf5_mutex() {
+std::recursive_mutex& mutex() {
   static std::recursive_mutex mutex;
   return mutex;
 }
 
-void hdf5_quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 void Hid::reset() {
   if (id_ < 0) return;
@@ -29,7 +29,7 @@ void Hid::reset() {
 }
 
 bool is_hdf5_file(const std::string& path) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  std::lock_guard<std::recursive_mutex> lock(mutex());
   return H5Fis_hdf5(path.c_str()) > 0;
 }
 
@@ -92,4 +92,4 @@ std::string type_name(hid_t type) {
   }
 }
 
-}  // namespace trident::data
+}  // namespace trident::hdf5

@@ -1,19 +1,19 @@
 #pragma once
-// Small RAII layer over the HDF5 C API, shared by the dataset, converters and inspect.
+// Small RAII layer over the HDF5 C API, shared by the dataset, its converters, checkpoints and inspect.
 #include <hdf5.h>
 
 #include <mutex>
 #include <string>
 #include <vector>
 
-namespace trident::data {
+namespace trident::hdf5 {
 
 // Debian's parallel HDF5 is not built thread-safe: every HDF5 call in trident holds this lock
 // (the prefetch thread reads while the main thread may inspect or save).
-std::recursive_mutex& hdf5_mutex();
+std::recursive_mutex& mutex();
 
 // Turns off HDF5's own error printing; trident reports errors itself (HDF5_CHECK).
-void hdf5_quiet();
+void quiet();
 
 // Owns one hid_t and closes it with the matching H5?close.
 class Hid {
@@ -53,4 +53,4 @@ void write_int_attribute(hid_t object, const std::string& name, long long value)
 // Text describing an HDF5 type: uint8, int64, float32, ...
 std::string type_name(hid_t type);
 
-}  // namespace trident::data
+}  // namespace trident::hdf5

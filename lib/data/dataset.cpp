@@ -12,46 +12,46 @@ namespace trident::data {
 
 SplitReader::SplitReader(const std::string& path, const std::string& split, int64_t seq_len)
     : path_(path), split_(split), seq_len_(seq_len) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  hdf5_quiet();
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  hdf5::quiet();
   auto bad = [&](const std::string& what) { fatal_all(fmt::format("data.path {}: {}", path, what)); };
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
     std::fclose(f);
   } else {
     bad("cannot open the file (make one with: trident prepare-data fashion-mnist --out " + path + ")");
   }
-  if (!is_hdf5_file(path)) bad("not an HDF5 file");
-  file_ = Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!hdf5::is_hdf5_file(path)) bad("not an HDF5 file");
+  file_ = hdf5::Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file_.valid()) bad("HDF5 cannot open it");
   if (tokens()) {
     open_tokens();
     return;
   }
-  if (link_exists(file_, "/" + split + "/tokens") && !link_exists(file_, "/" + split + "/inputs"))
+  if (hdf5::link_exists(file_, "/" + split + "/tokens") && !hdf5::link_exists(file_, "/" + split + "/inputs"))
     bad(fmt::format("/{}/tokens: a token dataset; train it with model.kind = gpt", split));
   for (const char* name : {"inputs", "labels"}) {
     const std::string full = "/" + split + "/" + name;
-    if (!link_exists(file_, full)) bad(fmt::format("dataset {} is missing", full));
+    if (!hdf5::link_exists(file_, full)) bad(fmt::format("dataset {} is missing", full));
   }
-  inputs_ = Hid(HDF5_CHECK(H5Dopen2(file_, ("/" + split + "/inputs").c_str(), H5P_DEFAULT)));
-  labels_ = Hid(HDF5_CHECK(H5Dopen2(file_, ("/" + split + "/labels").c_str(), H5P_DEFAULT)));
+  inputs_ = hdf5::Hid(HDF5_CHECK(H5Dopen2(file_, ("/" + split + "/inputs").c_str(), H5P_DEFAULT)));
+  labels_ = hdf5::Hid(HDF5_CHECK(H5Dopen2(file_, ("/" + split + "/labels").c_str(), H5P_DEFAULT)));
 
-  const auto in_shape = dataset_shape(inputs_);
-  const auto label_shape = dataset_shape(labels_);
+  const auto in_shape = hdf5::dataset_shape(inputs_);
+  const auto label_shape = hdf5::dataset_shape(labels_);
   if (in_shape.size() < 2) bad(fmt::format("/{}/inputs must be N x ... (has rank {})", split, in_shape.size()));
   if (label_shape.size() != 1 || label_shape[0] != in_shape[0])
     bad(fmt::format("/{}/labels must be a vector of {} labels, one per input", split, in_shape[0]));
   size_ = static_cast<int64_t>(in_shape[0]);
   sample_shape_.assign(in_shape.begin() + 1, in_shape.end());
 
-  Hid in_type(HDF5_CHECK(H5Dget_type(inputs_)));
-  const std::string in_type_name = type_name(in_type);
+  hdf5::Hid in_type(HDF5_CHECK(H5Dget_type(inputs_)));
+  const std::string in_type_name = hdf5::type_name(in_type);
   if (in_type_name == "uint8") inputs_are_bytes_ = true;
   else if (in_type_name != "float32")
     bad(fmt::format("/{}/inputs has type {}; expected uint8 or float32", split, in_type_name));
-  Hid label_type(HDF5_CHECK(H5Dget_type(labels_)));
+  hdf5::Hid label_type(HDF5_CHECK(H5Dget_type(labels_)));
   if (H5Tget_class(label_type) != H5T_INTEGER)
-    bad(fmt::format("/{}/labels has type {}; expected integers", split, type_name(label_type)));
+    bad(fmt::format("/{}/labels has type {}; expected integers", split, hdf5::type_name(label_type)));
 
   classes_ = read_count_attribute("classes");
 
@@ -67,15 +67,15 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
 void SplitReader::open_tokens() {
   auto bad = [&](const std::string& what) { fatal_all(fmt::format("data.path {}: {}", path_, what)); };
   const std::string name = "/" + split_ + "/tokens";
-  if (!link_exists(file_, name))
+  if (!hdf5::link_exists(file_, name))
     bad(fmt::format("dataset {} is missing: model.kind = gpt trains on tokens (make them with: trident prepare-data "
                     "text --out {})",
                     name, path_));
-  tokens_ = Hid(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
-  const auto shape = dataset_shape(tokens_);
+  tokens_ = hdf5::Hid(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+  const auto shape = hdf5::dataset_shape(tokens_);
   if (shape.size() != 1) bad(fmt::format("{} must be 1-D (has rank {})", name, shape.size()));
-  Hid type(HDF5_CHECK(H5Dget_type(tokens_)));
-  if (H5Tget_class(type) != H5T_INTEGER) bad(fmt::format("{} has type {}; expected integers", name, type_name(type)));
+  hdf5::Hid type(HDF5_CHECK(H5Dget_type(tokens_)));
+  if (H5Tget_class(type) != H5T_INTEGER) bad(fmt::format("{} has type {}; expected integers", name, hdf5::type_name(type)));
   const auto count = static_cast<int64_t>(shape[0]);
   size_ = count > 0 ? (count - 1) / seq_len_ : 0;
   if (size_ < 1)
@@ -86,7 +86,7 @@ void SplitReader::open_tokens() {
 
 long long SplitReader::read_count_attribute(const char* name) {
   if (H5Aexists(file_, name) <= 0) fatal_all(fmt::format("data.path {}: root attribute '{}' is missing", path_, name));
-  Hid attr(HDF5_CHECK(H5Aopen(file_, name, H5P_DEFAULT)));
+  hdf5::Hid attr(HDF5_CHECK(H5Aopen(file_, name, H5P_DEFAULT)));
   long long count = 0;
   HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &count));
   if (count < 2) fatal_all(fmt::format("data.path {}: attribute '{}' = {} (must be >= 2)", path_, name, count));
@@ -129,10 +129,10 @@ at::Tensor SplitReader::read_windows(const std::vector<int64_t>& indices) {
   const auto n = static_cast<int64_t>(indices.size());
   at::Tensor windows = at::empty({n, seq_len_ + 1}, at::kLong);
   {
-    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-    Hid file_space(HDF5_CHECK(H5Dget_space(tokens_)));
+    std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+    hdf5::Hid file_space(HDF5_CHECK(H5Dget_space(tokens_)));
     const hsize_t count[1] = {static_cast<hsize_t>(seq_len_ + 1)};
-    Hid mem_space(HDF5_CHECK(H5Screate_simple(1, count, nullptr)));
+    hdf5::Hid mem_space(HDF5_CHECK(H5Screate_simple(1, count, nullptr)));
     for (int64_t i = 0; i < n; ++i) {
       const hsize_t start[1] = {static_cast<hsize_t>(indices[static_cast<size_t>(i)] * seq_len_)};
       HDF5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
@@ -161,10 +161,10 @@ void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor* inputs, 
   at::Tensor raw_inputs = inputs ? at::empty(in_shape, inputs_are_bytes_ ? at::kByte : at::kFloat) : at::Tensor();
   at::Tensor raw_labels = labels ? at::empty({n}, at::kLong) : at::Tensor();
   {
-    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
     for (auto [dataset, tensor] : {std::pair<hid_t, at::Tensor*>{inputs_, &raw_inputs}, {labels_, &raw_labels}}) {
       if (!tensor->defined()) continue;
-      Hid file_space(HDF5_CHECK(H5Dget_space(dataset)));
+      hdf5::Hid file_space(HDF5_CHECK(H5Dget_space(dataset)));
       const int rank = H5Sget_simple_extent_ndims(file_space);
       std::vector<hsize_t> dims(static_cast<size_t>(rank));
       H5Sget_simple_extent_dims(file_space, dims.data(), nullptr);
@@ -183,7 +183,7 @@ void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor* inputs, 
       }
       std::vector<hsize_t> mem_dims(dims);
       mem_dims[0] = static_cast<hsize_t>(n);
-      Hid mem_space(HDF5_CHECK(H5Screate_simple(rank, mem_dims.data(), nullptr)));
+      hdf5::Hid mem_space(HDF5_CHECK(H5Screate_simple(rank, mem_dims.data(), nullptr)));
       const hid_t mem_type = tensor == &raw_labels ? H5T_NATIVE_INT64
                              : inputs_are_bytes_   ? H5T_NATIVE_UINT8
                                                    : H5T_NATIVE_FLOAT;

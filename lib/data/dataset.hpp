@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "data/hdf5_file.hpp"
+#include "core/hdf5.hpp"
 
 namespace trident::data {
 
@@ -50,7 +50,7 @@ class SplitReader {
   long long read_count_attribute(const char* name);  // 'classes' or 'vocab', >= 2
   at::Tensor read_windows(const std::vector<int64_t>& indices);  // int64 [n, seq_len + 1]
   void read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
-  Hid file_, inputs_, labels_, tokens_;
+  hdf5::Hid file_, inputs_, labels_, tokens_;
   int64_t size_ = 0, classes_ = 0, seq_len_ = 0;
   std::vector<int64_t> sample_shape_;
   bool inputs_are_bytes_ = false;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "data/hdf5_file.hpp"
+#include "core/hdf5.hpp"
 
 namespace trident::data {
 
@@ -67,8 +67,8 @@ Idx read_idx_gz(const std::string& path, int expected_rank) {
 
 void write_dataset(hid_t file, const std::string& name, const std::vector<hsize_t>& dims, hid_t file_type,
                    hid_t mem_type, const void* data) {
-  Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
-  Hid dataset(HDF5_CHECK(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  hdf5::Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
+  hdf5::Hid dataset(HDF5_CHECK(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   HDF5_CHECK(H5Dwrite(dataset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
@@ -76,16 +76,16 @@ void write_dataset(hid_t file, const std::string& name, const std::vector<hsize_
 // conversion never leaves a half-written dataset under the real name.
 template <typename Fill>
 void write_atomically(const std::string& out, Fill fill) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  hdf5_quiet();
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  hdf5::quiet();
   const fs::path target(out);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
   const std::string tmp = out + ".tmp";
   {
-    Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    hdf5::Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
     if (!file.valid()) fatal_all(fmt::format("prepare-data: cannot create {}", tmp));
-    Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    Hid test(HDF5_CHECK(H5Gcreate2(file, "test", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    hdf5::Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    hdf5::Hid test(HDF5_CHECK(H5Gcreate2(file, "test", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
     fill(file.get());
     HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
   }
@@ -120,10 +120,10 @@ void prepare_fashion_mnist(const std::string& source_dir, const std::string& out
                     H5T_NATIVE_UINT8, images.bytes.data());
       write_dataset(file, g + "/labels", {labels.dims[0]}, H5T_STD_U8LE, H5T_NATIVE_UINT8, labels.bytes.data());
     }
-    write_int_attribute(file, "classes", 10);
-    write_string_attribute(file, "class_names", kFashionClasses);
-    write_string_attribute(file, "source", "Fashion-MNIST (Zalando Research), IDX files from " + source_dir);
-    write_string_attribute(file, "license", "MIT");
+    hdf5::write_int_attribute(file, "classes", 10);
+    hdf5::write_string_attribute(file, "class_names", kFashionClasses);
+    hdf5::write_string_attribute(file, "source", "Fashion-MNIST (Zalando Research), IDX files from " + source_dir);
+    hdf5::write_string_attribute(file, "license", "MIT");
   });
 }
 
@@ -151,8 +151,8 @@ void prepare_synthetic(const SyntheticSpec& spec, const std::string& out) {
       write_dataset(file, std::string(name) + "/labels", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64,
                     data->second.data_ptr());
     }
-    write_int_attribute(file, "classes", spec.classes);
-    write_string_attribute(file, "source",
+    hdf5::write_int_attribute(file, "classes", spec.classes);
+    hdf5::write_string_attribute(file, "source",
                            fmt::format("synthetic: {} prototypes + N(0, {}^2) noise, seed {}", spec.classes,
                                        spec.noise, spec.seed));
   });
@@ -208,8 +208,8 @@ void prepare_text(const std::string& source, double test_fraction, const std::st
   write_atomically(out, [&](hid_t file) {
     write_tokens(file, "train", train, 256);
     write_tokens(file, "test", test, 256);
-    write_int_attribute(file, "vocab", 256);
-    write_string_attribute(file, "source", fmt::format("byte-level tokens of {} text files under {}", used, source));
+    hdf5::write_int_attribute(file, "vocab", 256);
+    hdf5::write_string_attribute(file, "source", fmt::format("byte-level tokens of {} text files under {}", used, source));
   });
 }
 
@@ -225,8 +225,8 @@ void prepare_synthetic_tokens(const SyntheticTokensSpec& spec, const std::string
   write_atomically(out, [&](hid_t file) {
     write_tokens(file, "train", train, spec.vocab);
     write_tokens(file, "test", test, spec.vocab);
-    write_int_attribute(file, "vocab", spec.vocab);
-    write_string_attribute(file, "source", fmt::format("synthetic: uniform random tokens in [0, {}), seed {}",
+    hdf5::write_int_attribute(file, "vocab", spec.vocab);
+    hdf5::write_string_attribute(file, "source", fmt::format("synthetic: uniform random tokens in [0, {}), seed {}",
                                                        spec.vocab, spec.seed));
   });
 }
@@ -240,23 +240,23 @@ std::string attributes_of(hid_t object) {
   H5O_info_t info;
   if (H5Oget_info2(object, &info, H5O_INFO_NUM_ATTRS) < 0) return out;
   for (hsize_t i = 0; i < info.num_attrs; ++i) {
-    Hid attr(H5Aopen_by_idx(object, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
+    hdf5::Hid attr(H5Aopen_by_idx(object, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
     if (!attr.valid()) continue;
     char name[256] = {0};
     H5Aget_name(attr, sizeof(name), name);
-    Hid type(H5Aget_type(attr));
+    hdf5::Hid type(H5Aget_type(attr));
     std::string value;
     if (H5Tget_class(type) == H5T_STRING) {
-      value = "\"" + read_string_attribute(object, name) + "\"";
+      value = "\"" + hdf5::read_string_attribute(object, name) + "\"";
     } else if (H5Tget_class(type) == H5T_INTEGER || H5Tget_class(type) == H5T_FLOAT) {
       // Scalars and arrays alike: read every element (an array into a scalar would overflow).
-      Hid space(H5Aget_space(attr));
+      hdf5::Hid space(H5Aget_space(attr));
       const auto n = static_cast<size_t>(std::max<hssize_t>(1, H5Sget_simple_extent_npoints(space)));
       std::vector<double> values(n);
       H5Aread(attr, H5T_NATIVE_DOUBLE, values.data());
       value = n == 1 ? fmt::format("{}", values[0]) : fmt::format("[{}]", fmt::join(values, ", "));
     } else {
-      value = "(" + type_name(type) + ")";
+      value = "(" + hdf5::type_name(type) + ")";
     }
     out += fmt::format("    @{} = {}\n", name, value);
   }
@@ -266,15 +266,15 @@ std::string attributes_of(hid_t object) {
 herr_t visit_object(hid_t root, const char* name, const H5O_info_t* info, void* data) {
   auto* out = static_cast<std::string*>(data);
   if (info->type == H5O_TYPE_GROUP) {
-    Hid group(H5Gopen2(root, name, H5P_DEFAULT));
+    hdf5::Hid group(H5Gopen2(root, name, H5P_DEFAULT));
     *out += fmt::format("/{}{}\n", std::string(name) == "." ? "" : name, std::string(name) == "." ? "" : "/");
     *out += attributes_of(group);
   } else if (info->type == H5O_TYPE_DATASET) {
-    Hid dataset(H5Dopen2(root, name, H5P_DEFAULT));
-    Hid type(H5Dget_type(dataset));
+    hdf5::Hid dataset(H5Dopen2(root, name, H5P_DEFAULT));
+    hdf5::Hid type(H5Dget_type(dataset));
     std::string shape;
-    for (auto d : dataset_shape(dataset)) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
-    *out += fmt::format("/{}  {}  [{}]\n", name, type_name(type), shape);
+    for (auto d : hdf5::dataset_shape(dataset)) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    *out += fmt::format("/{}  {}  [{}]\n", name, hdf5::type_name(type), shape);
     *out += attributes_of(dataset);
   }
   return 0;
@@ -283,11 +283,11 @@ herr_t visit_object(hid_t root, const char* name, const H5O_info_t* info, void* 
 }  // namespace
 
 std::string describe_hdf5(const std::string& path) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  hdf5_quiet();
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  hdf5::quiet();
   if (!fs::exists(path)) fatal_all(fmt::format("inspect: {}: no such file", path));
-  if (!is_hdf5_file(path)) fatal_all(fmt::format("inspect: {}: not an HDF5 file", path));
-  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("inspect: {}: not an HDF5 file", path));
+  hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) fatal_all(fmt::format("inspect: {}: HDF5 cannot open it", path));
   std::string out = fmt::format("{}\n", path);
   HDF5_CHECK(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit_object, &out, H5O_INFO_BASIC));

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "data/hdf5_file.hpp"
+#include "core/hdf5.hpp"
 
 namespace {
 
-using trident::data::Hid;
+using trident::hdf5::Hid;
 
 [[noreturn]] void die(const std::string& message) {
   std::fprintf(stderr, "make_bad_inputs: %s\n", message.c_str());
@@ -50,7 +50,7 @@ void make_dataset(const std::string& dir, const Spec& spec) {
   const std::string path = dir + "/" + spec.name + ".h5";
   Hid file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   check(file.valid(), "H5Fcreate " + path);
-  trident::data::write_int_attribute(file, "classes", 4);
+  trident::hdf5::write_int_attribute(file, "classes", 4);
   for (const char* split : {"train", "test"}) {
     Hid group(H5Gcreate2(file, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     const auto n = static_cast<hsize_t>(spec.n);
@@ -81,7 +81,7 @@ void make_tokens(const std::string& dir, const std::string& name, hsize_t n, int
   const std::string path = dir + "/" + name + ".h5";
   Hid file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   check(file.valid(), "H5Fcreate " + path);
-  trident::data::write_int_attribute(file, "vocab", 50);
+  trident::hdf5::write_int_attribute(file, "vocab", 50);
   for (const char* split : {"train", "test"}) {
     Hid group(H5Gcreate2(file, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     std::vector<uint16_t> tokens(n);
@@ -94,13 +94,13 @@ void make_tokens(const std::string& dir, const std::string& name, hsize_t n, int
 void set_format_version(const std::string& path, const std::string& version) {
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
   check(file.valid(), "H5Fopen " + path);
-  std::string meta = trident::data::read_string_attribute(file, "meta");
+  std::string meta = trident::hdf5::read_string_attribute(file, "meta");
   const std::string key = "format_version=";
   const auto at = meta.find(key);
   if (at == std::string::npos) die(path + ": no format_version in its metadata");
   meta.replace(at + key.size(), meta.find('\n', at) - at - key.size(), version);
-  trident::data::write_string_attribute(file, "meta", meta);
-  trident::data::write_int_attribute(
+  trident::hdf5::write_string_attribute(file, "meta", meta);
+  trident::hdf5::write_int_attribute(
       file, "meta_crc32",
       static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(meta.data()), static_cast<uInt>(meta.size()))));
 }

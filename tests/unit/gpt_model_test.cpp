@@ -10,7 +10,7 @@
 
 #include "config/deck.hpp"
 #include "data/dataset.hpp"
-#include "data/hdf5_file.hpp"
+#include "core/hdf5.hpp"
 #include "data/prepare.hpp"
 #include "model/gpt.hpp"
 #include "model/model.hpp"
@@ -151,8 +151,8 @@ TEST(TokenDataset, ATokenAtOrAboveTheVocabularyIsFoundWithItsPosition) {
   data::prepare_synthetic_tokens(spec, out);
   {
     // Claim a smaller vocabulary than the tokens use.
-    data::Hid file(H5Fopen(out.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
-    data::write_int_attribute(file, "vocab", 10);
+    hdf5::Hid file(H5Fopen(out.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    hdf5::write_int_attribute(file, "vocab", 10);
   }
   data::SplitReader train(out, "train", 32);
   EXPECT_EQ(train.classes(), 10);
