@@ -38,9 +38,8 @@ std::string innermost(const std::string& stack) {
 
 // Drops a written, flushed file's pages from the page cache. This run never reads a checkpoint
 // back, so its pages would only crowd out the dataset's; and the next save gets pages the kernel
-// has just freed: on the test VM, three 240 MB saves in a row wrote at 0.44-0.70 GB/s when each
-// kept its pages and at 1.39-1.72 GB/s when each gave them back (fresh pages are slow to get
-// there). Best effort: a file system that ignores the advice loses nothing.
+// has just freed, which measured faster than fresh ones (benchmarks/README.md, "Checkpoint I/O").
+// Best effort: a file system that ignores the advice loses nothing.
 void release_page_cache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return;
@@ -231,6 +230,193 @@ at::Tensor read_checked(hid_t dataset, const std::string& path, const std::strin
 
 // ---- save ----------------------------------------------------------------------------------
 
+namespace {
+
+// One checkpoint file written by every rank of `comm` together. Every rank creates every
+// dataset (collective) in the same order and writes its own piece of it, maybe none, as
+// independent MPI-IO. This rank's own writes may fail (disk full, quota) while the others'
+// succeed: the failure is kept, not thrown, until every rank has reached flush(), so no rank is
+// left waiting in a collective HDF5 call the failed one never makes.
+class FileWriter {
+ public:
+  FileWriter(const std::string& path, MPI_Comm comm) : path_(path), comm_(comm) {
+    MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm, &size_));
+    // ROMIO's data sieving would read back and rewrite the regions around each piece: each
+    // piece is written whole, so it is off.
+    Hid access = hdf5::parallel_file_access(comm, {{"romio_ds_write", "disable"}, {"romio_ds_read", "disable"}});
+    file_ = Hid(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access));
+    if (!file_.valid()) fatal_one("checkpoint: cannot create " + path);
+    // Each rank's piece of a tensor is one contiguous run of elements: independent writes go
+    // straight to the file, where collective two-phase I/O would only shuffle them between ranks.
+    transfer_ = hdf5::independent_transfer();
+    // Parallel HDF5 allocates datasets when they are created; without this it would also write
+    // fill values over every byte first.
+    creation_ = hdf5::creation_without_fill();
+  }
+
+  void create_groups(const std::vector<std::string>& state_names) {
+    std::vector<std::string> groups{"params", "optim", "buffers", "rng"};
+    for (const auto& s : state_names) groups.push_back("optim/" + s);
+    for (const auto& g : groups) Hid(HDF5_CHECK(H5Gcreate2(file_, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  }
+
+  // Creates dataset `path` of `shape` and writes this rank's elements [lo, hi) from `source`.
+  void write(const std::string& path, const std::vector<int64_t>& shape, int64_t lo, int64_t hi,
+             const at::Tensor& source, at::ScalarType type = at::kFloat) {
+    std::vector<hsize_t> dims(shape.begin(), shape.end());
+    Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
+    Hid dataset(HDF5_CHECK(
+        H5Dcreate2(file_, path.c_str(), file_type(type), space, H5P_DEFAULT, creation_, H5P_DEFAULT)));
+    const at::Tensor data = hi > lo ? source.contiguous() : at::zeros({1}, type);
+    // Written in pieces of at most kWritePieceBytes (benchmarks/README.md, "Checkpoint I/O":
+    // large writes into the page cache ran several times slower than 1 MB ones).
+    const int64_t piece = std::max<int64_t>(1, kWritePieceBytes / static_cast<int64_t>(data.element_size()));
+    for (int64_t at = lo; at < hi && write_error_.empty(); at += piece) {
+      const int64_t to = std::min(hi, at + piece);
+      Hid file_space = select_range(dataset, static_cast<hsize_t>(at), static_cast<hsize_t>(to));
+      Hid mem = memory_space(static_cast<hsize_t>(to - at));
+      const auto* bytes = static_cast<const char*>(data.data_ptr()) + (at - lo) * data.element_size();
+      if (H5Dwrite(dataset, memory_type(type), mem, file_space, transfer_, bytes) < 0)
+        write_error_ = fmt::format("{}: writing {} failed: {}", who(), path, innermost(hdf5_error_text()));
+    }
+    if (hi > lo) mine_.push_back({static_cast<int64_t>(names_.size()), lo, hi, crc_of(data)});
+    names_.push_back(path);
+  }
+
+  // Every tensor of `params` under `group`; this rank writes the part of its stage's flat buffer
+  // it holds (`flat` is elements [shard.begin, shard.end)).
+  void write_flat(const std::string& group, const std::vector<TensorEntry>& params, const Shard& shard,
+                  const at::Tensor& flat) {
+    for (const auto& t : params) {
+      int64_t lo = 0, hi = 0;
+      if (t.stage == shard.stage) {
+        lo = std::max(shard.begin, t.offset) - t.offset;
+        hi = std::max(lo, std::min(shard.end, t.offset + t.numel) - t.offset);
+      }
+      write(dataset_name(group, t.name), t.shape, lo, hi,
+            hi > lo ? flat.narrow(0, t.offset + lo - shard.begin, hi - lo) : at::Tensor());
+    }
+  }
+
+  // Every buffer, written whole by the rank whose shard carries it.
+  void write_buffers(const std::vector<TensorEntry>& buffers, const Shard& shard) {
+    for (const auto& b : buffers) {
+      const auto it = std::find_if(shard.buffers.begin(), shard.buffers.end(),
+                                   [&](const auto& p) { return p.first == b.name && b.stage == shard.stage; });
+      const bool writes = it != shard.buffers.end();
+      write(dataset_name("buffers", b.name), b.shape, 0, writes ? b.numel : 0,
+            writes ? it->second.reshape({-1}) : at::Tensor());
+    }
+  }
+
+  // Every rank's RNG states, one row each per generator kind (the states of one kind have one
+  // size): the CPU generator's, and the CUDA generator's of ranks that train on a GPU. A kind is
+  // written when every rank has one (creating the dataset is collective).
+  void write_rng_states(const Shard& shard) {
+    for (const auto& [name, state] : {std::pair<const char*, at::Tensor>{"/rng/cpu", shard.rng_state},
+                                      {"/rng/cuda", shard.cuda_rng_state}}) {
+      int everyone = state.defined() ? 1 : 0;
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everyone, 1, MPI_INT, MPI_MIN, comm_));
+      if (!everyone) continue;
+      const int64_t bytes = state.numel();
+      write(name, {size_, bytes}, rank_ * bytes, (rank_ + 1) * bytes, state.cpu(), at::kByte);
+    }
+  }
+
+  // Checksums: every rank learns every block, then all write the same attributes (collective).
+  void write_checksums() {
+    const int my_count = static_cast<int>(mine_.size() * 4);
+    std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+    MPI_CHECK(MPI_Allgather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_));
+    int total = 0;
+    for (int r = 0; r < size_; ++r) {
+      displs[static_cast<size_t>(r)] = total;
+      total += counts[static_cast<size_t>(r)];
+    }
+    std::vector<int64_t> all(static_cast<size_t>(total));
+    MPI_CHECK(MPI_Allgatherv(mine_.data(), my_count, MPI_INT64_T, all.data(), counts.data(), displs.data(),
+                             MPI_INT64_T, comm_));
+    std::vector<std::vector<int64_t>> blocks(names_.size());
+    for (size_t i = 0; i + 3 < all.size(); i += 4) {
+      auto& b = blocks[static_cast<size_t>(all[i])];
+      b.insert(b.end(), {all[i + 1], all[i + 2], all[i + 3]});
+    }
+    for (size_t d = 0; d < names_.size(); ++d) {
+      Hid dataset(HDF5_CHECK(H5Dopen2(file_, names_[d].c_str(), H5P_DEFAULT)));
+      const hsize_t n = std::max<size_t>(blocks[d].size(), 1);
+      if (blocks[d].empty()) blocks[d] = {0};  // an empty tensor: one padding value, no blocks
+      Hid space(HDF5_CHECK(H5Screate_simple(1, &n, nullptr)));
+      Hid attr(HDF5_CHECK(H5Acreate2(dataset, "crc32_blocks", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)));
+      HDF5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, blocks[d].data()));
+    }
+  }
+
+  void write_meta(const Meta& meta) {
+    const std::string text = meta_text(meta);
+    hdf5::write_string_attribute(file_, "meta", text);
+    hdf5::write_string_attribute(file_, "deck", meta.deck);
+    hdf5::write_int_attribute(file_, "meta_crc32", text_crc(text));
+  }
+
+  // The first failure of any rank's writes or of the flush ("" when every rank's data is in the
+  // file). Agreed before the flush too: H5Fflush is collective, a rank that skipped it would
+  // hang the rest.
+  std::string flush() {
+    std::string failure = comm::first_error(comm_, write_error_);
+    if (!failure.empty()) return failure;
+    std::string flush_error;
+    if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0)
+      flush_error = fmt::format("{}: flushing failed: {}", who(), innermost(hdf5_error_text()));
+    return comm::first_error(comm_, flush_error);
+  }
+
+  void close() { file_.reset(); }  // collective
+
+  // After a failed flush: the file removed. HDF5 cannot close a file whose final flush fails (its
+  // handle is left broken and crashes at exit): the data blocks go first, so the close only
+  // writes a little metadata.
+  void discard() {
+    std::error_code ignored;
+    if (rank_ == 0) fs::resize_file(path_, 0, ignored);
+    MPI_CHECK(MPI_Barrier(comm_));
+    file_.reset();  // collective close
+    H5Eclear2(H5E_DEFAULT);
+    MPI_CHECK(MPI_Barrier(comm_));
+    if (rank_ == 0) fs::remove(path_, ignored);
+  }
+
+ private:
+  struct Record {
+    int64_t dataset, begin, end, crc;
+  };
+  std::string path_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  Hid file_, transfer_, creation_;
+  std::vector<std::string> names_;  // datasets in creation order
+  std::vector<Record> mine_;        // the blocks this rank wrote
+  std::string write_error_;
+};
+
+// Rank 0 makes a written file the checkpoint: rename (atomic on one file system), then
+// `latest`, then the oldest pruned down to keep_last.
+void commit(const std::string& dir, const std::string& tmp_path, int64_t step, int keep_last) {
+  fs::rename(tmp_path, dir + "/" + step_file(step));
+  const std::string latest_tmp = dir + "/latest.tmp";
+  {
+    std::ofstream out(latest_tmp);
+    out << step_file(step) << "\n";
+    out.flush();
+    if (!out) fatal_one("checkpoint: cannot write " + latest_tmp);
+  }
+  fs::rename(latest_tmp, dir + "/latest");
+  const std::vector<std::string> saved = step_files_in(dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < saved.size(); ++i) fs::remove(dir + "/" + saved[i]);
+}
+
+}  // namespace
+
 std::string save(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
                  const Shard& shard, MPI_Comm comm, int keep_last) {
@@ -243,187 +429,46 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
   if (rank == 0) fs::create_directories(dir);
   MPI_CHECK(MPI_Barrier(comm));
 
-  // ROMIO's data sieving would read back and rewrite the regions around each piece: each piece
-  // is written whole, so it is off.
-  MPI_Info hints;
-  MPI_CHECK(MPI_Info_create(&hints));
-  MPI_CHECK(MPI_Info_set(hints, "romio_ds_write", "disable"));
-  MPI_CHECK(MPI_Info_set(hints, "romio_ds_read", "disable"));
-  Hid fapl(HDF5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-  HDF5_CHECK(H5Pset_fapl_mpio(fapl, comm, hints));
-  MPI_CHECK(MPI_Info_free(&hints));
-  Hid file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-  if (!file.valid()) fatal_one("checkpoint: cannot create " + tmp_path);
-  // Each rank's piece of a tensor is one contiguous run of elements: independent MPI-IO writes go
-  // straight to the file, where collective two-phase I/O would only shuffle them between ranks.
-  Hid transfer(HDF5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-  HDF5_CHECK(H5Pset_dxpl_mpio(transfer, H5FD_MPIO_INDEPENDENT));
-  // Parallel HDF5 allocates datasets when they are created; without this it would also write
-  // fill values over every byte first.
-  Hid creation(HDF5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-  HDF5_CHECK(H5Pset_fill_time(creation, H5D_FILL_TIME_NEVER));
-
-  std::vector<std::string> groups{"params", "optim", "buffers", "rng"};
-  for (const auto& s : state_names) groups.push_back("optim/" + s);
-  for (const auto& g : groups) Hid(HDF5_CHECK(H5Gcreate2(file, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-
-  // Every rank creates every dataset (collective) and writes its piece of it, maybe none.
-  struct Record {
-    int64_t dataset, begin, end, crc;
-  };
-  std::vector<std::string> names;
-  std::vector<Record> mine;
-  // This rank's own writes may fail (disk full, quota) while the others' succeed: the failure is
-  // kept, not thrown, until every rank has reached the same point, so no rank is left waiting in
-  // a collective HDF5 call the failed one never makes.
-  std::string write_error;
-  auto write = [&](const std::string& path, const std::vector<int64_t>& shape, int64_t lo, int64_t hi,
-                   const at::Tensor& source, at::ScalarType type = at::kFloat) {
-    std::vector<hsize_t> dims(shape.begin(), shape.end());
-    Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
-    Hid dataset(HDF5_CHECK(
-        H5Dcreate2(file, path.c_str(), file_type(type), space, H5P_DEFAULT, creation, H5P_DEFAULT)));
-    const at::Tensor data = hi > lo ? source.contiguous() : at::zeros({1}, type);
-    // Written in pieces of at most kWritePieceBytes: on the test VM's ext4, 64 MB pwrites into the
-    // page cache often ran at 0.25-0.45 GB/s where the same bytes in 1 MB pwrites ran at 1.2 GB/s
-    // (benchmarks/README.md, "Checkpoint I/O").
-    const int64_t piece = std::max<int64_t>(1, kWritePieceBytes / static_cast<int64_t>(data.element_size()));
-    for (int64_t at = lo; at < hi && write_error.empty(); at += piece) {
-      const int64_t to = std::min(hi, at + piece);
-      Hid file_space = select_range(dataset, static_cast<hsize_t>(at), static_cast<hsize_t>(to));
-      Hid mem = memory_space(static_cast<hsize_t>(to - at));
-      const auto* bytes = static_cast<const char*>(data.data_ptr()) + (at - lo) * data.element_size();
-      if (H5Dwrite(dataset, memory_type(type), mem, file_space, transfer, bytes) < 0)
-        write_error = fmt::format("{}: writing {} failed: {}", who(), path, innermost(hdf5_error_text()));
-    }
-    if (hi > lo) mine.push_back({static_cast<int64_t>(names.size()), lo, hi, crc_of(data)});
-    names.push_back(path);
-  };
-  auto write_flat = [&](const std::string& group, const at::Tensor& flat) {
-    for (const auto& t : params) {
-      int64_t lo = 0, hi = 0;
-      if (t.stage == shard.stage) {
-        lo = std::max(shard.begin, t.offset) - t.offset;
-        hi = std::max(lo, std::min(shard.end, t.offset + t.numel) - t.offset);
-      }
-      write(dataset_name(group, t.name), t.shape, lo, hi,
-            hi > lo ? flat.narrow(0, t.offset + lo - shard.begin, hi - lo) : at::Tensor());
-    }
-  };
-  write_flat("params", shard.params);
-  for (size_t k = 0; k < state_names.size(); ++k) write_flat("optim/" + state_names[k], shard.states[k].second);
-  for (const auto& b : buffers) {
-    const auto it = std::find_if(shard.buffers.begin(), shard.buffers.end(),
-                                 [&](const auto& p) { return p.first == b.name && b.stage == shard.stage; });
-    const bool writes = it != shard.buffers.end();
-    write(dataset_name("buffers", b.name), b.shape, 0, writes ? b.numel : 0,
-          writes ? it->second.reshape({-1}) : at::Tensor());
-  }
-
-  // Every rank's RNG states, one row each per generator kind (the states of one kind have one
-  // size): the CPU generator's, and the CUDA generator's of ranks that train on a GPU. A kind is
-  // written when every rank has one (creating the dataset is collective).
-  int size = 1;
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  for (const auto& [name, state] : {std::pair<const char*, at::Tensor>{"/rng/cpu", shard.rng_state},
-                                    {"/rng/cuda", shard.cuda_rng_state}}) {
-    int everyone = state.defined() ? 1 : 0;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everyone, 1, MPI_INT, MPI_MIN, comm));
-    if (!everyone) continue;
-    const int64_t bytes = state.numel();
-    write(name, {size, bytes}, rank * bytes, (rank + 1) * bytes, state.cpu(), at::kByte);
-  }
-
-  // Checksums: every rank learns every block, then all write the same attributes (collective).
-  const int my_count = static_cast<int>(mine.size() * 4);
-  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
-  MPI_CHECK(MPI_Allgather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[static_cast<size_t>(r)] = total;
-    total += counts[static_cast<size_t>(r)];
-  }
-  std::vector<int64_t> all(static_cast<size_t>(total));
-  MPI_CHECK(MPI_Allgatherv(mine.data(), my_count, MPI_INT64_T, all.data(), counts.data(), displs.data(),
-                           MPI_INT64_T, comm));
-  std::vector<std::vector<int64_t>> blocks(names.size());
-  for (size_t i = 0; i + 3 < all.size(); i += 4) {
-    auto& b = blocks[static_cast<size_t>(all[i])];
-    b.insert(b.end(), {all[i + 1], all[i + 2], all[i + 3]});
-  }
-  for (size_t d = 0; d < names.size(); ++d) {
-    Hid dataset(HDF5_CHECK(H5Dopen2(file, names[d].c_str(), H5P_DEFAULT)));
-    const hsize_t n = std::max<size_t>(blocks[d].size(), 1);
-    if (blocks[d].empty()) blocks[d] = {0};  // an empty tensor: one padding value, no blocks
-    Hid space(HDF5_CHECK(H5Screate_simple(1, &n, nullptr)));
-    Hid attr(HDF5_CHECK(H5Acreate2(dataset, "crc32_blocks", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)));
-    HDF5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, blocks[d].data()));
-  }
-  const std::string text = meta_text(meta);
-  hdf5::write_string_attribute(file, "meta", text);
-  hdf5::write_string_attribute(file, "deck", meta.deck);
-  hdf5::write_int_attribute(file, "meta_crc32", text_crc(text));
-  // Agreed before the flush too: H5Fflush is collective, a rank that skipped it would hang the rest.
-  std::string failure = comm::first_error(comm, write_error);
-  if (failure.empty()) {
-    std::string flush_error;
-    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0)
-      flush_error = fmt::format("{}: flushing failed: {}", who(), innermost(hdf5_error_text()));
-    failure = comm::first_error(comm, flush_error);
-  }
-  if (!failure.empty()) {
-    // HDF5 cannot close a file whose final flush fails (its handle is left broken and crashes at
-    // exit): give the data blocks back first, so the close only writes a little metadata.
-    std::error_code ignored;
-    if (rank == 0) fs::resize_file(tmp_path, 0, ignored);
-    MPI_CHECK(MPI_Barrier(comm));
-    file.reset();  // collective close
-    H5Eclear2(H5E_DEFAULT);
-    MPI_CHECK(MPI_Barrier(comm));
-    if (rank == 0) fs::remove(tmp_path, ignored);  // the last good checkpoint stays
+  FileWriter writer(tmp_path, comm);
+  writer.create_groups(state_names);
+  writer.write_flat("params", params, shard, shard.params);
+  for (size_t k = 0; k < state_names.size(); ++k)
+    writer.write_flat("optim/" + state_names[k], params, shard, shard.states[k].second);
+  writer.write_buffers(buffers, shard);
+  writer.write_rng_states(shard);
+  writer.write_checksums();
+  writer.write_meta(meta);
+  if (const std::string failure = writer.flush(); !failure.empty()) {
+    writer.discard();  // the last good checkpoint stays
     throw AgreedFault(fmt::format("checkpoint of step {} not saved: {}. Removed {}; the previous checkpoint and "
                                   "'latest' are unchanged. Free space in {} and resume with --resume auto",
                                   meta.step, failure, tmp_path, dir));
   }
-  file.reset();  // collective close: every rank's data is in the file
+  writer.close();  // every rank's data is in the file
   if (rank == 0) release_page_cache(tmp_path);
 
   // Fault injection for the tests: TRIDENT_TEST_KILL_DURING_SAVE=STEP kills every rank after the
   // file is written but before it is committed, as a node failure or scancel -s KILL would.
   if (const char* kill_at = std::getenv("TRIDENT_TEST_KILL_DURING_SAVE"); kill_at && std::atoll(kill_at) == meta.step)
     std::raise(SIGKILL);
-
-  // Commit: rename (atomic on one file system), then `latest`, then prune; rank 0 alone.
-  if (rank == 0) {
-    fs::rename(tmp_path, final_path);
-    const std::string latest_tmp = dir + "/latest.tmp";
-    {
-      std::ofstream out(latest_tmp);
-      out << step_file(meta.step) << "\n";
-      out.flush();
-      if (!out) fatal_one("checkpoint: cannot write " + latest_tmp);
-    }
-    fs::rename(latest_tmp, dir + "/latest");
-    const std::vector<std::string> saved = step_files_in(dir);
-    for (size_t i = 0; i + static_cast<size_t>(keep_last) < saved.size(); ++i) fs::remove(dir + "/" + saved[i]);
-  }
+  if (rank == 0) commit(dir, tmp_path, meta.step, keep_last);
   MPI_CHECK(MPI_Barrier(comm));
   return final_path;
 }
 
 // ---- read ----------------------------------------------------------------------------------
 
-Reader::Reader(const std::string& path) : path_(path), file_(-1) {
+Reader::Reader(const std::string& path) : path_(path) {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
   if (!fs::exists(path)) fatal_all(fmt::format("checkpoint {}: no such file", path));
   if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("checkpoint {}: not an HDF5 file (truncated?)", path));
-  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file_ < 0) fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it (truncated or damaged)", path));
-  const std::string text = hdf5::read_string_attribute(file_, "meta");
+  file_ = std::make_unique<Hid>(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file_->valid()) fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it (truncated or damaged)", path));
+  const std::string text = hdf5::read_string_attribute(*file_, "meta");
   long long stored_crc = -1;
-  if (H5Aexists(file_, "meta_crc32") > 0) {
-    Hid attr(HDF5_CHECK(H5Aopen(file_, "meta_crc32", H5P_DEFAULT)));
+  if (H5Aexists(*file_, "meta_crc32") > 0) {
+    Hid attr(HDF5_CHECK(H5Aopen(*file_, "meta_crc32", H5P_DEFAULT)));
     HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &stored_crc));
   }
   if (text.empty() || stored_crc != text_crc(text))
@@ -449,21 +494,21 @@ Reader::Reader(const std::string& path) : path_(path), file_(-1) {
     meta_.loss_scale_good_steps = num("loss_scale_good_steps");
     meta_.skipped_steps = num("skipped_steps");
   }
-  meta_.deck = hdf5::read_string_attribute(file_, "deck");
+  meta_.deck = hdf5::read_string_attribute(*file_, "deck");
 }
 
 Reader::~Reader() {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
-  if (file_ >= 0) H5Fclose(file_);
+  file_.reset();
 }
 
 void Reader::check_shapes(const std::string& group, const std::vector<TensorEntry>& entries) const {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   for (const auto& t : entries) {
     const std::string name = dataset_name(group, t.name);
-    if (!hdf5::link_exists(file_, name.substr(1)))
+    if (!hdf5::link_exists(*file_, name.substr(1)))
       fatal_all(fmt::format("checkpoint {}: tensor {} is missing (another model?)", path_, name));
-    Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+    Hid dataset(HDF5_CHECK(H5Dopen2(*file_, name.c_str(), H5P_DEFAULT)));
     const auto dims = hdf5::dataset_shape(dataset);
     if (std::vector<int64_t>(dims.begin(), dims.end()) != t.shape)
       fatal_all(fmt::format("checkpoint {}: tensor {} has shape {}, the model's is {}", path_, name,
@@ -479,7 +524,7 @@ at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorE
     const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
     if (lo >= hi) continue;
     const std::string name = dataset_name(group, t.name);
-    Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+    Hid dataset(HDF5_CHECK(H5Dopen2(*file_, name.c_str(), H5P_DEFAULT)));
     read_checked_into(dataset, path_, name, lo - t.offset, hi - t.offset, out.narrow(0, lo - begin, hi - lo));
   }
   return out;
@@ -488,8 +533,8 @@ at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorE
 at::Tensor Reader::read_rng_state(int rank, const std::string& kind) const {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   const std::string name = "/rng/" + kind;
-  if (!hdf5::link_exists(file_, name.substr(1))) return at::Tensor();
-  Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+  if (!hdf5::link_exists(*file_, name.substr(1))) return at::Tensor();
+  Hid dataset(HDF5_CHECK(H5Dopen2(*file_, name.c_str(), H5P_DEFAULT)));
   const auto shape = hdf5::dataset_shape(dataset);
   if (shape.size() != 2 || rank >= static_cast<int>(shape[0])) return at::Tensor();
   const auto bytes = static_cast<int64_t>(shape[1]);
@@ -498,9 +543,9 @@ at::Tensor Reader::read_rng_state(int rank, const std::string& kind) const {
 
 at::Tensor Reader::read_tensor(const std::string& name) const {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
-  if (!hdf5::link_exists(file_, name.substr(1)))
+  if (!hdf5::link_exists(*file_, name.substr(1)))
     fatal_all(fmt::format("checkpoint {}: tensor {} is missing (another model?)", path_, name));
-  Hid dataset(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+  Hid dataset(HDF5_CHECK(H5Dopen2(*file_, name.c_str(), H5P_DEFAULT)));
   int64_t numel = 1;
   for (auto d : hdf5::dataset_shape(dataset)) numel *= static_cast<int64_t>(d);
   return read_checked(dataset, path_, name, 0, numel);

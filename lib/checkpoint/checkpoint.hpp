@@ -10,11 +10,14 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "parallel/plan.hpp"
+
+namespace trident::hdf5 { class Hid; }
 
 namespace trident::checkpoint {
 
@@ -76,7 +79,7 @@ class Reader {
 
  private:
   std::string path_;
-  long long file_;
+  std::unique_ptr<hdf5::Hid> file_;  // core/hdf5.hpp, kept out of this header
   Meta meta_;
 };
 

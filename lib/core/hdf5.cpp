@@ -28,6 +28,28 @@ void Hid::reset() {
   id_ = H5I_INVALID_HID;
 }
 
+Hid parallel_file_access(MPI_Comm comm, const std::vector<std::pair<std::string, std::string>>& hints) {
+  MPI_Info info;
+  MPI_CHECK(MPI_Info_create(&info));
+  for (const auto& [key, value] : hints) MPI_CHECK(MPI_Info_set(info, key.c_str(), value.c_str()));
+  Hid access(HDF5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  HDF5_CHECK(H5Pset_fapl_mpio(access, comm, info));  // HDF5 keeps its own copy of the hints
+  MPI_CHECK(MPI_Info_free(&info));
+  return access;
+}
+
+Hid independent_transfer() {
+  Hid transfer(HDF5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  HDF5_CHECK(H5Pset_dxpl_mpio(transfer, H5FD_MPIO_INDEPENDENT));
+  return transfer;
+}
+
+Hid creation_without_fill() {
+  Hid creation(HDF5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  HDF5_CHECK(H5Pset_fill_time(creation, H5D_FILL_TIME_NEVER));
+  return creation;
+}
+
 bool is_hdf5_file(const std::string& path) {
   std::lock_guard<std::recursive_mutex> lock(mutex());
   return H5Fis_hdf5(path.c_str()) > 0;

@@ -1,9 +1,11 @@
 #pragma once
 // Small RAII layer over the HDF5 C API, shared by the dataset, its converters, checkpoints and inspect.
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trident::hdf5 {
@@ -40,6 +42,11 @@ class Hid {
  private:
   hid_t id_ = H5I_INVALID_HID;
 };
+
+// Property lists. File access through MPI-IO over `comm` with ROMIO `hints` (key, value).
+Hid parallel_file_access(MPI_Comm comm, const std::vector<std::pair<std::string, std::string>>& hints);
+Hid independent_transfer();   // dataset transfers as independent MPI-IO, one call per rank
+Hid creation_without_fill();  // datasets allocated at creation and never filled with a fill value
 
 bool is_hdf5_file(const std::string& path);
 bool link_exists(hid_t loc, const std::string& path);  // every component of a/b/c
