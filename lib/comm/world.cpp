@@ -14,9 +14,9 @@ namespace trident::comm {
 MpiSession::MpiSession(int* argc, char*** argv) {
   // MPICH's ring MPI_Allgatherv (its choice for large messages, ZeRO-3's layer gathers) moves each
   // piece in 32 KB chunks, each a hand-off between two ranks: with more ranks than cores, every
-  // hand-off waits for a time slice, and a 50 MB gather took 8.5 s at 4 ranks on 2 cores (21.8 s
-  // at 8) where an all-reduce of the same bytes took 0.07 s. 16 MB chunks: 0.025 s (0.13 s at 8).
-  // A value the user exports wins; other MPI libraries ignore the variable.
+  // hand-off waits for a time slice. 16 MB chunks made such gathers two orders of magnitude
+  // faster (benchmarks/README.md, "MPICH's ring all-gather"). A value the user exports wins;
+  // other MPI libraries ignore the variable.
   ::setenv("MPIR_CVAR_ALLGATHERV_PIPELINE_MSG_SIZE", "16777216", 0);
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));

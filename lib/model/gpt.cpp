@@ -41,7 +41,7 @@ namespace {
 
 // x W^T + b through at::linear, not torch::nn::Linear's forward: the C++ frontend's functional
 // linear multiplies and then adds the bias in place, which under autocast adds an fp32 bias into
-// a bf16 product in a mixed-type elementwise kernel (~6 ms of a GPT-2 small step on an H100);
+// a bf16 product in a mixed-type elementwise kernel (benchmarks/README.md, the H100 profile);
 // at::linear casts the bias too and lets cuBLAS add it in the matrix product's epilogue.
 torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return at::linear(x, layer->weight, layer->bias);

@@ -1,10 +1,14 @@
 #include "report/report.hpp"
 
+#include <fmt/format.h>
 #include <mpi.h>
 #include <sys/resource.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -116,6 +120,131 @@ void write_report_json(const std::string& path, const Summary& s) {
     if (!out) fatal_one("cannot write " + tmp);
   }
   std::filesystem::rename(tmp, path);
+}
+
+namespace {
+
+// The fields of a parsed report.json by their paths ("layout/world"); absent or null leaves the
+// target as it is, unless the field is required.
+class ReportFields {
+ public:
+  ReportFields(const json& j, const std::string& file) : j_(j), file_(file) {}
+  const json* find(const std::string& path, bool required = false) const {
+    const json::json_pointer pointer("/" + path);
+    if (j_.is_object() && j_.contains(pointer) && !j_.at(pointer).is_null()) return &j_.at(pointer);
+    if (required) {
+      std::string dotted = path;
+      std::replace(dotted.begin(), dotted.end(), '/', '.');
+      throw BadInput(fmt::format("report: {}: no field '{}' (is it a trident report.json?)", file_, dotted));
+    }
+    return nullptr;
+  }
+  template <typename T>
+  void read(const std::string& path, T& out, bool required = false) const {
+    if (const json* v = find(path, required)) out = v->get<T>();
+  }
+  template <typename T>
+  void read(const std::string& path, std::optional<T>& out) const {
+    if (const json* v = find(path)) out = v->get<T>();
+  }
+
+ private:
+  const json& j_;
+  const std::string& file_;
+};
+
+// The deck section as `--set section.key=value` overrides of the defaults: keys this trident
+// does not know (another version's) are left out.
+config::Deck deck_of(const json& deck, const std::string& file) {
+  std::vector<std::string> overrides;
+  for (const auto& f : config::deck_fields()) {
+    if (!deck.contains(f.section) || !deck[f.section].is_object() || !deck[f.section].contains(f.key)) continue;
+    const json& v = deck[f.section][f.key];
+    if (v.is_null()) continue;
+    overrides.push_back(f.name() + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+  }
+  return config::parse_deck_text("", file, overrides);
+}
+
+}  // namespace
+
+ReadReport read_report_json(const std::string& path) {
+  json j;
+  {
+    std::ifstream in(path);
+    if (!in) throw BadInput(fmt::format("report: {}: cannot read the file", path));
+    try {
+      j = json::parse(in);
+    } catch (const json::parse_error& e) {
+      throw BadInput(fmt::format("report: {}: not valid JSON ({})", path, e.what()));
+    }
+  }
+  const ReportFields f(j, path);
+  ReadReport read;
+  Summary& s = read.summary;
+  try {
+    if (const json* deck = f.find("deck"); deck && deck->is_object()) s.deck = deck_of(*deck, path);
+    f.read("deck/optim/global_batch", s.deck.optim.global_batch, /*required=*/true);
+    f.read("layout/world", s.layout.world, /*required=*/true);
+    s.layout.dp = s.layout.world;
+    f.read("layout/nodes", s.layout.nodes);
+    f.read("layout/dp", s.layout.dp);
+    f.read("layout/pp", s.layout.pp);
+    f.read("layout/zero", s.layout.zero);
+    s.layout.backend = s.layout.device = "?";
+    s.layout.schedule = "-";
+    f.read("layout/backend", s.layout.backend);
+    f.read("layout/device", s.layout.device);
+    f.read("layout/schedule", s.layout.schedule);
+    s.layout.micro_batch = 0;
+    if (!f.find("layout/micro_batch"))  // older reports: the deck's integer, if it was one ("auto": 0)
+      s.layout.micro_batch = std::strtoll(s.deck.optim.micro_batch.c_str(), nullptr, 10);
+    f.read("layout/micro_batch", s.layout.micro_batch);
+    f.read("layout/micro_batches", s.layout.micro_batches);
+    f.read("layout/threads_per_rank", s.layout.threads_per_rank);
+    f.read("layout/device_name", s.device_name);
+    f.read("steps", s.steps, /*required=*/true);
+    f.read("epochs", s.epochs);
+    f.read("parameters", s.parameters);
+    f.read("resumed_from", s.resumed_from);
+    if (!f.find("first_step")) {  // older reports name the step only in resumed_from
+      const size_t at = s.resumed_from.rfind("step_");
+      if (at != std::string::npos && at + 5 < s.resumed_from.size() &&
+          std::isdigit(static_cast<unsigned char>(s.resumed_from[at + 5])))
+        s.first_step = std::stoll(s.resumed_from.substr(at + 5));
+    }
+    f.read("first_step", s.first_step);
+    f.read("final/train_loss", s.train_loss);
+    f.read("final/test_loss", s.test_loss);
+    f.read("final/test_accuracy", s.test_accuracy);
+    f.read("throughput/samples_per_s", s.samples_per_s, /*required=*/true);
+    s.step_time_s = s.samples_per_s > 0 ? static_cast<double>(s.deck.optim.global_batch) / s.samples_per_s : 0;
+    f.read("throughput/step_time_s", s.step_time_s);
+    f.read("throughput/tokens_per_s", s.tokens_per_s);
+    f.read("throughput/tflops", s.tflops);
+    f.read("throughput/mfu", s.mfu);
+    f.read("throughput/peak_tflops", s.peak_tflops);
+    if (const json* times = f.find("time_s"); times && times->is_object())
+      for (const auto& [name, seconds] : times->items())
+        if (seconds.is_number()) read.time_s[name] = seconds.get<double>();
+    auto time_of = [&](const char* name) { return read.time_s.count(name) ? read.time_s.at(name) : 0.0; };
+    s.time = {time_of("total"),        time_of("data_wait"), time_of("forward"),    time_of("backward"),
+              time_of("comm_exposed"), time_of("optimizer"), time_of("checkpoint"), time_of("evaluation")};
+    f.read("memory/model_state_bytes/params", s.memory.params);
+    f.read("memory/model_state_bytes/grads", s.memory.grads);
+    f.read("memory/model_state_bytes/optimizer", s.memory.optimizer);
+    f.read("memory/model_state_bytes/master", s.memory.master);
+    f.read("memory/expected_model_state_bytes", s.memory.expected);
+    f.read("memory/peak_bytes", s.peak_bytes);
+    f.read("memory/peak_device_bytes", s.peak_device_bytes);
+    f.read("memory/device_total_bytes", s.device_total_bytes);
+    f.read("pipeline/bubble_fraction", s.bubble_fraction);
+    f.read("pipeline/expected_bubble_fraction", s.expected_bubble_fraction);
+    f.read("checkpoint/saves", s.checkpoint_saves);
+  } catch (const json::exception& e) {
+    throw BadInput(fmt::format("report: {}: a field has the wrong type ({})", path, e.what()));
+  }
+  return read;
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append) : file_(std::fopen(path.c_str(), append ? "a" : "w")) {

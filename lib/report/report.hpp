@@ -3,6 +3,7 @@
 // names are a contract with the scaling tools and job scripts (DESIGN.md).
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,19 @@ struct Summary {
 };
 
 void write_report_json(const std::string& path, const Summary& summary);
+// report.json read back (trident report), by the names write_report_json writes, next to it in
+// report.cpp. Fields every report has are required (BadInput naming the file and the field:
+// layout.world, steps, throughput.samples_per_s, deck.optim.global_batch); the others keep
+// Summary's defaults where a report lacks them, so older reports read too: first_step then comes
+// from resumed_from's step_NNNNNNN.h5, layout.micro_batch from an integer optim.micro_batch and
+// throughput.step_time_s from samples_per_s. Not JSON, or a field of the wrong type: BadInput.
+struct ReadReport {
+  Summary summary;
+  // Every time_s entry the file has, by name: an older report may lack some, a newer trident's
+  // may add some.
+  std::map<std::string, double> time_s;
+};
+ReadReport read_report_json(const std::string& path);
 
 struct MetricsRecord {
   int64_t step = 0, epoch = 0;

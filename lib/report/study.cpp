@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "report/report.hpp"
 
 namespace trident::report {
 
@@ -84,81 +85,29 @@ std::string xml_escape(const std::string& s) {
 // ---- reading ------------------------------------------------------------------------------
 
 StudyRun read_study_run(const std::string& file) {
-  json j;
-  {
-    std::ifstream in(file);
-    if (!in) throw BadInput(fmt::format("report: {}: cannot read the file", file));
-    try {
-      j = json::parse(in);
-    } catch (const json::parse_error& e) {
-      throw BadInput(fmt::format("report: {}: not valid JSON ({})", file, e.what()));
-    }
-  }
-  // A field by its path ("layout/world"); required ones missing or null are bad input.
-  auto field = [&](const std::string& path, bool required) -> const json* {
-    const json::json_pointer ptr("/" + path);
-    if (j.is_object() && j.contains(ptr) && !j.at(ptr).is_null()) return &j.at(ptr);
-    if (required) {
-      std::string dotted = path;
-      std::replace(dotted.begin(), dotted.end(), '/', '.');
-      throw BadInput(fmt::format("report: {}: no field '{}' (is it a trident report.json?)", file, dotted));
-    }
-    return nullptr;
-  };
+  const ReadReport read = read_report_json(file);
+  const Summary& s = read.summary;
   StudyRun r;
   r.file = file;
-  try {
-    auto integer = [&](const std::string& path, int64_t fallback, bool required) {
-      const json* v = field(path, required);
-      return v ? v->get<int64_t>() : fallback;
-    };
-    auto text = [&](const std::string& path, const std::string& fallback) {
-      const json* v = field(path, false);
-      return v ? v->get<std::string>() : fallback;
-    };
-    r.world = static_cast<int>(integer("layout/world", 1, true));
-    r.nodes = static_cast<int>(integer("layout/nodes", 1, false));
-    r.dp = static_cast<int>(integer("layout/dp", r.world, false));
-    r.pp = static_cast<int>(integer("layout/pp", 1, false));
-    r.zero = static_cast<int>(integer("layout/zero", 0, false));
-    r.backend = text("layout/backend", "?");
-    r.device = text("layout/device", "?");
-    r.schedule = text("layout/schedule", "-");
-    r.model = text("deck/model/kind", "?");
-    r.name = text("deck/run/name", fs::path(file).parent_path().filename().string());
-    r.global_batch = integer("deck/optim/global_batch", 0, true);
-    // The micro-batch the run used (layout.micro_batch; older reports: the deck's integer).
-    r.micro_batch = integer("layout/micro_batch", 0, false);
-    if (const json* deck_micro = field("deck/optim/micro_batch", false); r.micro_batch == 0 && deck_micro) {
-      if (deck_micro->is_number_integer()) r.micro_batch = deck_micro->get<int64_t>();
-      else if (deck_micro->is_string()) r.micro_batch = std::strtoll(deck_micro->get<std::string>().c_str(), nullptr, 10);
-    }
-    r.steps = integer("steps", 0, true);
-    r.samples_per_s = field("throughput/samples_per_s", true)->get<double>();
-    const json* step_time = field("throughput/step_time_s", false);
-    r.step_time_s = step_time ? step_time->get<double>()
-                              : (r.samples_per_s > 0 ? static_cast<double>(r.global_batch) / r.samples_per_s : 0);
-    // A resumed run trained only the steps after its checkpoint: first_step; reports written
-    // before that field existed name it only in resumed_from (step_NNNNNNN.h5).
-    r.steps_run = r.steps;
-    if (const json* first = field("first_step", false); first && first->is_number_integer()) {
-      r.steps_run = r.steps - first->get<int64_t>();
-    } else if (const json* from = field("resumed_from", false); from && from->is_string()) {
-      const std::string s = from->get<std::string>();
-      const size_t at = s.rfind("step_");
-      if (at != std::string::npos && at + 5 < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 5])))
-        r.steps_run = r.steps - std::stoll(s.substr(at + 5));
-    }
-    if (const json* times = field("time_s", false); times && times->is_object())
-      for (const auto& [k, v] : times->items())
-        if (v.is_number()) r.phase_s[k] = v.get<double>();
-    if (const json* peak = field("memory/peak_bytes", false)) r.peak_bytes = peak->get<int64_t>();
-    if (const json* state = field("memory/model_state_bytes", false); state && state->is_object())
-      for (const auto& [k, v] : state->items())
-        if (v.is_number()) r.model_state_bytes += v.get<int64_t>();
-  } catch (const json::exception& e) {
-    throw BadInput(fmt::format("report: {}: a field has the wrong type ({})", file, e.what()));
-  }
+  r.name = s.deck.run.name;
+  r.world = s.layout.world;
+  r.nodes = s.layout.nodes;
+  r.dp = s.layout.dp;
+  r.pp = s.layout.pp;
+  r.zero = s.layout.zero;
+  r.backend = s.layout.backend;
+  r.device = s.layout.device;
+  r.schedule = s.layout.schedule;
+  r.model = s.deck.model.kind;
+  r.global_batch = s.deck.optim.global_batch;
+  r.micro_batch = s.layout.micro_batch;
+  r.steps = s.steps;
+  r.steps_run = s.steps - s.first_step;  // a resumed run trained only the steps after its checkpoint
+  r.samples_per_s = s.samples_per_s;
+  r.step_time_s = s.step_time_s;
+  r.phase_s = read.time_s;
+  r.peak_bytes = s.peak_bytes;
+  r.model_state_bytes = s.memory.params + s.memory.grads + s.memory.optimizer + s.memory.master;
   if (r.world < 1) throw BadInput(fmt::format("report: {}: layout.world = {} is not a rank count", file, r.world));
   if (!(r.step_time_s > 0) || !std::isfinite(r.step_time_s))
     throw BadInput(

@@ -1,6 +1,7 @@
 // trident report: speedup and efficiency from hand-made report.json files, against numbers
 // computed by hand; bad input names the file.
 #include "report/study.hpp"
+#include "report/report.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -186,4 +187,92 @@ TEST_F(StudyReport, MixedBatchesNeedAKind) {
   EXPECT_THROW(load(""), BadInput);
   EXPECT_EQ(load("weak").kind, "weak");
   EXPECT_THROW(load("medium"), BadInput);
+}
+
+// What trident writes is what trident report reads: a Summary with a distinct value in every
+// field the reader knows, through write_report_json and read_report_json.
+TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
+  Summary w;
+  w.deck.run.name = "round_trip";
+  w.deck.model.kind = "gpt";
+  w.deck.optim.global_batch = 96;
+  w.deck.optim.micro_batch = "auto";
+  w.layout = {6, 2, 3, 2, 2, "nccl", "cuda:0", "gpipe", 4, 8, 7};
+  w.device_name = "Test GPU";
+  w.steps = 300;
+  w.epochs = 3;
+  w.parameters = 123456;
+  w.resumed_from = "runs/x/checkpoints/step_0000100.h5";
+  w.first_step = 100;
+  w.train_loss = 1.5;
+  w.test_loss = 1.75;
+  w.test_accuracy = 0.625;
+  w.samples_per_s = 480;
+  w.step_time_s = 0.2;
+  w.tokens_per_s = 1e6;
+  w.tflops = 12.5;
+  w.mfu = 0.25;
+  w.peak_tflops = 50;
+  w.time = {10, 1, 2, 3, 0.5, 0.25, 0.125, 0.0625};
+  w.memory = {11, 12, 13, 14, 15};
+  w.peak_bytes = 16;
+  w.peak_device_bytes = 17;
+  w.device_total_bytes = 18;
+  w.bubble_fraction = 0.3;
+  w.expected_bubble_fraction = 0.2;
+  w.checkpoint_saves = 5;
+  const std::string file = (dir_ / "report.json").string();
+  write_report_json(file, w);
+  const ReadReport read = read_report_json(file);
+  const Summary& r = read.summary;
+  EXPECT_EQ(r.deck.run.name, "round_trip");
+  EXPECT_EQ(r.deck.model.kind, "gpt");
+  EXPECT_EQ(r.deck.optim.global_batch, 96);
+  EXPECT_EQ(r.deck.optim.micro_batch, "auto");
+  EXPECT_EQ(r.layout.world, 6);
+  EXPECT_EQ(r.layout.nodes, 2);
+  EXPECT_EQ(r.layout.dp, 3);
+  EXPECT_EQ(r.layout.pp, 2);
+  EXPECT_EQ(r.layout.zero, 2);
+  EXPECT_EQ(r.layout.backend, "nccl");
+  EXPECT_EQ(r.layout.device, "cuda:0");
+  EXPECT_EQ(r.layout.schedule, "gpipe");
+  EXPECT_EQ(r.layout.micro_batch, 4);
+  EXPECT_EQ(r.layout.micro_batches, 8);
+  EXPECT_EQ(r.layout.threads_per_rank, 7);
+  EXPECT_EQ(r.device_name, "Test GPU");
+  EXPECT_EQ(r.steps, 300);
+  EXPECT_EQ(r.epochs, 3);
+  EXPECT_EQ(r.parameters, 123456);
+  EXPECT_EQ(r.resumed_from, w.resumed_from);
+  EXPECT_EQ(r.first_step, 100);
+  EXPECT_EQ(r.train_loss, 1.5);
+  EXPECT_EQ(r.test_loss, 1.75);
+  EXPECT_EQ(r.test_accuracy, 0.625);
+  EXPECT_EQ(r.samples_per_s, 480);
+  EXPECT_EQ(r.step_time_s, 0.2);
+  EXPECT_EQ(r.tokens_per_s, 1e6);
+  EXPECT_EQ(r.tflops, 12.5);
+  EXPECT_EQ(r.mfu, 0.25);
+  EXPECT_EQ(r.peak_tflops, 50);
+  EXPECT_EQ(r.time.total, 10);
+  EXPECT_EQ(r.time.data_wait, 1);
+  EXPECT_EQ(r.time.forward, 2);
+  EXPECT_EQ(r.time.backward, 3);
+  EXPECT_EQ(r.time.comm_exposed, 0.5);
+  EXPECT_EQ(r.time.optimizer, 0.25);
+  EXPECT_EQ(r.time.checkpoint, 0.125);
+  EXPECT_EQ(r.time.evaluation, 0.0625);
+  EXPECT_EQ(read.time_s.size(), 8u);
+  EXPECT_EQ(r.memory.params, 11);
+  EXPECT_EQ(r.memory.grads, 12);
+  EXPECT_EQ(r.memory.optimizer, 13);
+  EXPECT_EQ(r.memory.master, 14);
+  EXPECT_EQ(r.memory.expected, 15);
+  EXPECT_EQ(r.peak_bytes, 16);
+  EXPECT_EQ(r.peak_device_bytes, 17);
+  EXPECT_EQ(r.device_total_bytes, 18);
+  EXPECT_EQ(r.bubble_fraction, 0.3);
+  EXPECT_EQ(r.expected_bubble_fraction, 0.2);
+  EXPECT_EQ(r.checkpoint_saves, 5);
 }
