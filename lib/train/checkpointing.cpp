@@ -145,22 +145,27 @@ void save_checkpoint(Trainer::State& s, int64_t step) {
 }
 
 
-Restored restore(const config::Deck& deck, const Connection& conn, StageParts& st, const std::string& resume) {
-  // --resume resolves to a file the ranks verify together (a bad PATH is bad input); that time
-  // counts as reading it (report.json read_gb_per_s).
-  std::string note, path, error;
+ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, const std::string& resume) {
+  // The ranks verify the file together (a bad PATH is bad input); that time counts as reading
+  // it (report.json read_gb_per_s).
+  std::string note, error;
+  ResumeFrom from;
   Stopwatch verifying;
   try {
-    path = checkpoint::resolve_resume(checkpoint_dir(deck), resume, note, conn.world.comm);
+    from.path = checkpoint::resolve_resume(checkpoint_dir(deck), resume, note, conn.world.comm);
   } catch (const BadInput& e) {
     error = e.what();
   }
   comm::agree_or_throw(conn.world.comm, error);
-  const double verify_seconds = verifying.seconds();
+  from.verify_seconds = verifying.seconds();
   if (conn.world.rank == 0 && resume != "never") log::info("{}", note);
-  if (path.empty()) return {};
-  Restored restored = load_checkpoint(deck, conn, st, path);
-  restored.read_seconds += verify_seconds;
+  return from;
+}
+
+Restored restore(const config::Deck& deck, const Connection& conn, StageParts& st, const ResumeFrom& from) {
+  if (from.path.empty()) return {};
+  Restored restored = load_checkpoint(deck, conn, st, from.path);
+  restored.read_seconds += from.verify_seconds;
   return restored;
 }
 

@@ -104,8 +104,9 @@ void stall_if_asked(int rank, int64_t step) {
 
 }  // namespace
 
-// Everything a run needs before its first step, in three steps that each return what they own,
-// in the order their verdicts depend on each other (trainer_state.hpp).
+// Everything a run needs before its first step, in three steps that each return what they own
+// (trainer_state.hpp); --resume is settled between the first two, so a bad one is reported
+// before the dataset is opened, as before.
 Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& resume) : s_(std::make_unique<State>()) {
   auto& s = *s_;
   s.deck = deck;
@@ -114,8 +115,9 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   s.run_folder = RunFolder::claim(deck.run.output_dir, comm);
   try {
     s.conn = connect(s.deck, comm);
+    const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);
     s.stage = build_stage(s.deck, s.conn);
-    s.restored = restore(s.deck, s.conn, s.stage, resume);
+    s.restored = restore(s.deck, s.conn, s.stage, from);
   } catch (const BadInput&) {
     s.run_folder->abandon();  // bad input writes nothing: not even the folder
     throw;

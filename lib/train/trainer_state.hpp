@@ -95,9 +95,16 @@ Connection connect(const config::Deck& deck, MPI_Comm comm);
 // keeps this rank's stage and builds what trains it (pipeline, flat buffers, gradient sync,
 // optimizer, loss scaler). Collective.
 StageParts build_stage(const config::Deck& deck, const Connection& conn);
-// restore: resolves --resume (auto | never | PATH) and loads that checkpoint into the stage,
-// whatever layout wrote it; step 0 when there is none. Collective.
-Restored restore(const config::Deck& deck, const Connection& conn, StageParts& stage, const std::string& resume);
+// restore, in two halves: resolve_resume settles --resume (auto | never | PATH) to a verified
+// file or none before the stage is built (a bad --resume is reported before the dataset is
+// opened); restore loads it into the stage, whatever layout wrote it (step 0 when none).
+// Collective.
+struct ResumeFrom {
+  std::string path;  // "" for a fresh start
+  double verify_seconds = 0;
+};
+ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, const std::string& resume);
+Restored restore(const config::Deck& deck, const Connection& conn, StageParts& stage, const ResumeFrom& from);
 
 // <run.output_dir>/checkpoints
 std::string checkpoint_dir(const config::Deck& deck);
