@@ -322,7 +322,10 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   }
   if (d.parallel.zero < 0 || d.parallel.zero > 3)
     fail("parallel.zero", fmt::format("{} is out of range (0 | 1 | 2 | 3)", d.parallel.zero));
-  one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b"});
+  if (one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b", "zb-h1"}) && d.parallel.schedule == "zb-h1" &&
+      d.parallel.zero == 3)
+    fail("parallel.schedule", "zb-h1 does not run with parallel.zero = 3 yet (ZeRO-3 frees a layer's gradients when its "
+                              "backward ends, before a deferred weight gradient); use 1f1b or zero <= 2");
   if (one_of("parallel.backend", d.parallel.backend, {"auto", "mpi", "nccl"}) && d.parallel.backend == "nccl") {
     if (!env.cuda_available) fail("parallel.backend", "'nccl' requested, but " + env.no_cuda_reason);
     else if (d.run.device == "cpu") fail("parallel.backend", "'nccl' moves CUDA tensors; run.device = cpu trains on the CPU (use mpi)");

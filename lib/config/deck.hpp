@@ -45,7 +45,8 @@
   X(parallel, boundaries, std::string, "",                                                      \
     "first layer of stages 1..pp-1, e.g. 2,5; empty = balanced by parameter count")             \
   X(parallel, zero, int64_t, 0, "ZeRO stage within each dp group: 0 (DDP) | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)")            \
-  X(parallel, schedule, std::string, "1f1b", "pipeline schedule: gpipe | 1f1b")                 \
+  X(parallel, schedule, std::string, "1f1b",                                                    \
+    "pipeline schedule: gpipe | 1f1b | zb-h1 (1f1b with each backward split: weight gradients fill the bubbles)") \
   X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: mpi for CPU tensors)") \
   X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB")
 

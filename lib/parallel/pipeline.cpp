@@ -6,6 +6,7 @@
 #include "model/loss.hpp"
 #include "optim/precision.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "parallel/split_backward.hpp"
 
 namespace trident::parallel {
 
@@ -54,11 +55,12 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
   const double compute_before = forward_s + backward_s;
   const auto m = static_cast<size_t>(micro_batches);
   std::vector<at::Tensor> inputs(m), outputs(m), labels(m), losses(m), output_grads(m);
+  std::vector<std::unique_ptr<SplitBackward>> split(m);  // between a micro-batch's input and weight gradients
   std::vector<std::unique_ptr<comm::Work>> sends;
   std::vector<at::Tensor> in_flight;  // what the sends read from, alive until they complete
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   int alive = 0;
-  for (const auto& op : make_schedule(schedule_, pp_, micro_batches, stage_)) {
+  for (const auto& op : make_schedule(schedule_, PipelineShape{pp_, micro_batches, 1}, stage_)) {
     const auto i = static_cast<size_t>(op.micro);
     switch (op.kind) {
       case OpKind::RecvActivation:
@@ -89,10 +91,30 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         break;
       case OpKind::Backward: {
         ScopedTimer t(backward_s);
-        sync.before_backward(op.micro == micro_batches - 1);  // both schedules end on the last micro-batch
+        sync.before_backward(op.micro == micro_batches - 1);  // every schedule ends on the last micro-batch
         if (last()) (losses[i] * loss_factor).backward();
         else outputs[i].backward(output_grads[i]);
         outputs[i] = losses[i] = output_grads[i] = labels[i] = at::Tensor();
+        --alive;
+        break;
+      }
+      case OpKind::BackwardInput: {  // the parameters' gradients wait for BackwardWeight
+        ScopedTimer t(backward_s);
+        if (last()) {
+          const at::Tensor scaled = losses[i] * loss_factor;
+          split[i] = std::make_unique<SplitBackward>(scaled, at::ones_like(scaled), inputs[i]);
+        } else {
+          split[i] = std::make_unique<SplitBackward>(outputs[i], output_grads[i], inputs[i]);
+        }
+        outputs[i] = losses[i] = output_grads[i] = labels[i] = at::Tensor();
+        break;
+      }
+      case OpKind::BackwardWeight: {
+        ScopedTimer t(backward_s);
+        // The gradient hooks fire here, so this is the backward the strategy hears of.
+        sync.before_backward(op.micro == micro_batches - 1);
+        split[i]->weight_gradients();
+        split[i].reset();
         --alive;
         break;
       }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "parallel/layer_cut.hpp"
@@ -108,12 +109,14 @@ int64_t Plan::activation_bytes(int stage) const {
   return bytes;
 }
 
+// Both from the schedule's own op lists (parallel/pipeline_schedule.hpp), equal op times assumed.
 int64_t Plan::micro_batches_in_flight() const {
-  return schedule_ == "gpipe" ? accumulation_ : std::min<int64_t>(accumulation_, grid_.pp);
+  const ScheduleFigures f = schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), 1});
+  return static_cast<int64_t>(std::ceil(f.peak_activations));
 }
 
 double Plan::expected_bubble() const {
-  return grid_.pp > 1 ? expected_bubble_fraction(grid_.pp, static_cast<int>(accumulation_)) : 0.0;
+  return grid_.pp > 1 ? schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), 1}).bubble : 0.0;
 }
 
 ModelStateBytes Plan::state_bytes(int stage) const {

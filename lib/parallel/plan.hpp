@@ -76,10 +76,10 @@ class Plan {
   const std::vector<int64_t>& stage_output_shape(int stage) const;
   // fp32 bytes of a stage's output for one micro-batch: what it keeps from forward to backward.
   int64_t activation_bytes(int stage) const;
-  // Micro-batches a stage holds between forward and backward at worst (stage 0): GPipe all m,
-  // 1F1B at most pp.
+  // Micro-batches a stage holds between forward and its last backward op at worst: GPipe all m,
+  // 1F1B and ZB-H1 at most pp.
   int64_t micro_batches_in_flight() const;
-  // (p - 1) / (m + p - 1) for equal stage times; 0 without a pipeline.
+  // The schedule's idle share for equal op times (1F1B: (p - 1) / (m + p - 1)); 0 without a pipeline.
   double expected_bubble() const;
 
   // Optimizer state bytes per parameter: AdamW's two moments 8, SGD's momentum 4, plain SGD 0.

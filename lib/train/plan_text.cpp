@@ -8,6 +8,7 @@
 #include "comm/cuda_runtime.hpp"
 #include "data/dataset.hpp"
 #include "model/model.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/plan.hpp"
 
 namespace trident::train {
@@ -44,6 +45,33 @@ std::string gib(int64_t bytes) {
   return fmt::format("{:.1f} KiB", b / 1024);
 }
 
+int64_t largest_activation_bytes(const parallel::Plan& plan) {
+  int64_t largest = 0;
+  for (int s = 0; s < plan.pp(); ++s) largest = std::max(largest, plan.activation_bytes(s));
+  return largest;
+}
+
+// Every schedule for this pipeline: its bubble for equal op times (simulated from its op lists),
+// its closed form, and the most micro-batches its busiest rank holds activations for (an
+// interleaved chunk's count as 1 / v: it holds 1 / v of the stage's layers).
+std::string schedule_table(int pp, int micro_batches) {
+  std::string out = fmt::format("  {:<16} {:>7} {:>8}  {:<25} {}\n", "schedule", "bubble", "formula", "",
+                                "micro-batches held");
+  for (const auto& name : parallel::schedule_names()) {
+    const int v = name == "interleaved" ? 2 : 1;
+    const parallel::PipelineShape shape{pp, micro_batches, v};
+    const std::string label = name == "interleaved" ? "interleaved v=2" : name;
+    if (const std::string why = parallel::schedule_constraint(name, shape); !why.empty()) {
+      out += fmt::format("  {:<16} {}\n", label, why);
+      continue;
+    }
+    const parallel::ScheduleFigures f = parallel::schedule_figures(name, shape);
+    out += fmt::format("  {:<16} {:>7.3f} {:>8.3f}  {:<25} {:.1f}{}\n", label, f.bubble, f.formula, "= " + f.formula_text,
+                       f.peak_activations, name == "interleaved" ? "  (not trained yet)" : "");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string plan_text(const config::Deck& deck, int world) {
@@ -74,12 +102,12 @@ std::string plan_text(const config::Deck& deck, int world) {
                      deck.optim.name, gib(state.params), gib(state.grads), gib(state.optimizer), gib(state.total()));
   out += fmt::format("ZeRO paper's expectation for zero {}: {} per rank (zero 0 would be {})\n", plan.zero(),
                      gib(state.total()), gib(plan.state_bytes_without_zero(largest).total()));
-  out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f} = (p - 1) / (m + p - 1)\n", plan.accumulation(),
-                     plan.schedule(), plan.expected_bubble());
+  out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f}\n", plan.accumulation(), plan.schedule(),
+                     plan.expected_bubble());
+  if (pp > 1) out += schedule_table(pp, static_cast<int>(plan.accumulation()));
   // On a GPU all of this is device memory: the model state and the stage outputs of the
   // micro-batches in flight between forward and backward.
-  int64_t largest_activation = 0;
-  for (int s = 0; s < pp; ++s) largest_activation = std::max(largest_activation, plan.activation_bytes(s));
+  const int64_t largest_activation = largest_activation_bytes(plan);
   const int64_t in_flight = plan.micro_batches_in_flight();
   const int64_t device_bytes = state.total() + in_flight * largest_activation;
   std::string gpu;

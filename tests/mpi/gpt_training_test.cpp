@@ -73,7 +73,11 @@ TEST(GptEquivalence, PipelineAndZero3EqualOneRank) {
   deck.parallel.pp = 2;  // [embed, block1] | [block2, head]
   deck.parallel.schedule = "1f1b";
   expect_same_training(train_on(deck, MPI_COMM_WORLD, "pp2"), one, "gpt pp=2");
+  deck.parallel.schedule = "zb-h1";  // attention, layer norms and linears with split backwards
+  deck.run.name = "gpt_pp_zbh1";
+  expect_same_training(train_on(deck, MPI_COMM_WORLD, "pp2_zbh1"), one, "gpt pp=2 zb-h1");
   deck.parallel.pp = 1;
+  deck.parallel.schedule = "1f1b";
   deck.parallel.zero = 3;
   deck.run.name = "gpt_zero3";
   expect_same_training(train_on(deck, MPI_COMM_WORLD, "zero3"), one, "gpt zero 3");

@@ -1,6 +1,8 @@
 // Pipelining changes nothing but where layers run: after k steps, pp = 2 (and dp = 2 x pp = 2)
 // gives every stage the same parameters as one rank training the whole model on the same global
-// batch, under both schedules, with explicit or balanced cuts, and combined with ZeRO.
+// batch, under every schedule, with explicit or balanced cuts, and combined with ZeRO. zb-h1
+// splits each backward in two (parallel/split_backward.hpp): the parameters' gradients must come
+// out as a whole backward's, through the same hooks, with the weight gradients deferred.
 #include "train_helpers.hpp"
 
 using namespace trident;
@@ -61,5 +63,22 @@ TEST(PipelineEquivalence, WithZeroStages) {
     deck.parallel.zero = zero;
     deck.optim.clip_grad_norm = 0.2;
     expect_pipeline_equals_one_rank(deck, "zero" + std::to_string(zero));
+  }
+}
+
+TEST(PipelineEquivalence, CnnZeroBubbleSplitBackward) {
+  auto deck = tiny_deck("cnn", "pp_cnn_zbh1");  // convolutions and batch norm, split
+  deck.parallel.schedule = "zb-h1";
+  expect_pipeline_equals_one_rank(deck, "cnn_zbh1");
+}
+
+TEST(PipelineEquivalence, ZeroBubbleWithZeroStages) {
+  for (int zero : {0, 1, 2}) {
+    auto deck = tiny_deck("mlp", "pp_zbh1_zero" + std::to_string(zero));
+    deck.model.hidden = "31,17";
+    deck.parallel.zero = zero;
+    deck.parallel.schedule = "zb-h1";
+    deck.optim.clip_grad_norm = 0.2;
+    expect_pipeline_equals_one_rank(deck, "zbh1_zero" + std::to_string(zero));
   }
 }

@@ -112,6 +112,11 @@ TEST(Deck, OutOfRangeValues) {
             std::string::npos);
   EXPECT_NE(validation_message("[optim]\nbeta2 = 1.0\n").find("optim.beta2"), std::string::npos);
   EXPECT_NE(validation_message("[parallel]\nzero = 5\n").find("parallel.zero: 5 is out of range"), std::string::npos);
+  EXPECT_NE(validation_message("[parallel]\nschedule = interleaved\n").find("parallel.schedule: 'interleaved' is not one of"),
+            std::string::npos);  // planned (trident plan shows it), not trained
+  EXPECT_NE(validation_message("[parallel]\nzero = 3\nschedule = zb-h1\n").find("parallel.schedule: zb-h1 does not run with parallel.zero = 3"),
+            std::string::npos);
+  EXPECT_EQ(validation_message("[parallel]\nzero = 2\nschedule = zb-h1\n"), "");
 }
 
 TEST(Deck, LayoutMustMatchWorld) {
