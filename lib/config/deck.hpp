@@ -43,7 +43,9 @@
   X(parallel, dp, std::string, "auto", "data-parallel replicas; auto = world size / pp")        \
   X(parallel, pp, int64_t, 1, "pipeline stages; the model's layer list is cut into pp contiguous runs") \
   X(parallel, boundaries, std::string, "",                                                      \
-    "first layer of stages 1..pp-1, e.g. 2,5; empty = balanced by parameter count")             \
+    "first layer of stages 1..pp-1, e.g. 2,5; empty = cut by parallel.balance")                 \
+  X(parallel, balance, std::string, "params",                                                   \
+    "how an automatic cut balances the stages: params (parameter count) | time (each layer's forward + backward, measured at start-up)") \
   X(parallel, zero, int64_t, 0, "ZeRO stage within each dp group: 0 (DDP) | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)")            \
   X(parallel, schedule, std::string, "1f1b",                                                    \
     "pipeline schedule: gpipe | 1f1b | zb-h1 (1f1b with each backward split: weight gradients fill the bubbles)") \

@@ -22,6 +22,8 @@ struct LayerInfo {
   std::vector<NamedShape> parameters;  // the layer's own, in the model's order
   std::vector<NamedShape> buffers;     // its floating-point buffers (batch-norm statistics)
   std::vector<int64_t> output_shape;   // one sample leaving the layer
+  // Forward + backward of one micro-batch, measured (parallel.balance = time); 0 = not measured.
+  double seconds = 0;
   int64_t parameter_count() const {
     int64_t n = 0;
     for (const auto& p : parameters) n += p.numel();

@@ -48,12 +48,17 @@ Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInf
   optimizer_bytes_per_param_ = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
 
   shapes_.push_back(std::move(input_shape));
-  std::vector<int64_t> layer_params;
+  // The automatic cut balances parameter counts, or measured time (in ns) when every layer has one.
+  const bool timed = deck.parallel.balance == "time" && !layers_.empty() &&
+                     std::all_of(layers_.begin(), layers_.end(), [](const auto& l) { return l.seconds > 0; });
+  std::vector<int64_t> layer_weights;
   for (const auto& layer : layers_) {
     shapes_.push_back(layer.output_shape);
-    layer_params.push_back(layer.parameter_count());
+    layer_weights.push_back(timed ? std::llround(layer.seconds * 1e9) : layer.parameter_count());
   }
-  first_layer_ = cut_layers(layer_params, grid_.pp, parse_boundaries(deck.parallel.boundaries));
+  const std::vector<int> boundaries = parse_boundaries(deck.parallel.boundaries);
+  first_layer_ = cut_layers(layer_weights, grid_.pp, boundaries);
+  cut_by_ = !boundaries.empty() ? "parallel.boundaries" : timed ? "measured time" : "parameter count";
 
   // Each parameter's place in its stage's flat buffer: the stage's layers' parameters in order.
   std::vector<int64_t> offset(static_cast<size_t>(grid_.pp), 0);
@@ -86,6 +91,13 @@ int64_t Plan::stage_parameters(int stage) const {
   int64_t n = 0;
   for (int l = begin; l < end; ++l) n += layers_[static_cast<size_t>(l)].parameter_count();
   return n;
+}
+
+double Plan::stage_seconds(int stage) const {
+  const auto [begin, end] = stage_layers(stage);
+  double seconds = 0;
+  for (int l = begin; l < end; ++l) seconds += layers_[static_cast<size_t>(l)].seconds;
+  return seconds;
 }
 
 int Plan::largest_stage() const {

@@ -71,6 +71,10 @@ class Plan {
   std::pair<int, int> stage_layers(int stage) const;  // [first, end) of the layer list
   int64_t stage_parameters(int stage) const;
   int largest_stage() const;                  // by parameters (the first of equals)
+  // What decided the cut: "parallel.boundaries", "measured time" or "parameter count".
+  const std::string& cut_by() const { return cut_by_; }
+  // A stage's measured forward + backward time per micro-batch; 0 when not measured.
+  double stage_seconds(int stage) const;
   // One sample entering / leaving a stage: what the pipeline's neighbours exchange.
   const std::vector<int64_t>& stage_input_shape(int stage) const;
   const std::vector<int64_t>& stage_output_shape(int stage) const;
@@ -96,6 +100,7 @@ class Plan {
   RankGrid grid_;
   int zero_ = 0;
   std::string schedule_;
+  std::string cut_by_;
   int64_t global_batch_ = 0, micro_batch_ = 1, accumulation_ = 1, optimizer_bytes_per_param_ = 0;
   bool micro_batch_auto_ = false;
   std::vector<model::LayerInfo> layers_;

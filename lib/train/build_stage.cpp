@@ -2,6 +2,8 @@
 #include <torch/torch.h>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "model/layer_timing.hpp"
 #include "model/model.hpp"
 #include "train/plan_text.hpp"
 #include "train/step.hpp"
@@ -49,6 +51,46 @@ void broadcast_model(model::LayerStack& model, comm::Communicator& dp_comm) {
   for (auto& b : model->buffers()) dp_comm.broadcast(b, 0);
 }
 
+// parallel.balance = time: rank 0 times every layer of the whole model on the run's device, one
+// micro-batch as training runs it, and every rank cuts by those same times.
+void measure_layer_times(const config::Deck& deck, const Connection& conn, model::LayerStack& whole,
+                         const model::InputSpec& input, std::vector<model::LayerInfo>& layers) {
+  std::vector<double> seconds(layers.size(), 0.0);
+  std::string error;
+  if (conn.world.rank == 0) {
+    try {
+      whole->to(conn.torch_device);
+      seconds = model::time_layers(whole, input, config::resolved_micro_batch(deck, conn.world.size), conn.torch_device,
+                                   optim::compute_type(deck.optim.precision));
+      whole->to(at::kCPU);
+    } catch (const std::exception& e) {
+      error = std::string("parallel.balance = time: timing the model's layers failed: ") + e.what();
+    }
+  }
+  comm::agree_or_throw(conn.world.comm, error);
+  MPI_CHECK(MPI_Bcast(seconds.data(), static_cast<int>(seconds.size()), MPI_DOUBLE, 0, conn.world.comm));
+  for (size_t l = 0; l < layers.size(); ++l) layers[l].seconds = seconds[l];
+}
+
+// Which layers each stage got and, when measured, their time: the imbalance a bubble comes from.
+void log_cut(const parallel::Plan& plan) {
+  std::string stages;
+  for (int s = 0; s < plan.pp(); ++s) {
+    const auto [begin, end] = plan.stage_layers(s);
+    const auto& first = plan.layers()[static_cast<size_t>(begin)].name;
+    const auto& last = plan.layers()[static_cast<size_t>(end - 1)].name;
+    stages += fmt::format("{}stage {} {}", s ? " | " : "", s, end - begin == 1 ? first : first + ".." + last);
+    if (plan.stage_seconds(s) > 0) stages += fmt::format(" {:.2f} ms", plan.stage_seconds(s) * 1e3);
+  }
+  log::info("pipeline cut by {}: {}{}", plan.cut_by(), stages,
+            plan.cut_by() == "measured time" ? " (forward + backward per micro-batch)" : "");
+  if (plan.cut_by() == "measured time") {
+    std::string each;
+    for (const auto& l : plan.layers()) each += fmt::format(" {} {:.2f}", l.name, l.seconds * 1e3);
+    log::info("layer times (ms):{}", each);
+  }
+}
+
 }  // namespace
 
 StageParts build_stage(const config::Deck& deck, const Connection& conn) {
@@ -65,8 +107,11 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   const model::InputSpec input = input_spec(deck, *st.train_split);
   torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
   auto whole = model::build(deck, input);
-  st.plan = std::make_unique<parallel::Plan>(deck, conn.world.size, model::describe_layers(whole, input),
-                                             input.sample_shape);
+  std::vector<model::LayerInfo> layers = model::describe_layers(whole, input);
+  if (deck.parallel.balance == "time" && deck.parallel.pp > 1 && deck.parallel.boundaries.empty())
+    measure_layer_times(deck, conn, whole, input, layers);
+  st.plan = std::make_unique<parallel::Plan>(deck, conn.world.size, std::move(layers), input.sample_shape);
+  if (st.plan->pp() > 1) log_cut(*st.plan);
   const int stage = conn.topology->stage();
   const auto [begin, end] = st.plan->stage_layers(stage);
   st.model = model::LayerStack(std::vector<model::Layer>(whole->layers().begin() + begin, whole->layers().begin() + end));

@@ -88,6 +88,11 @@ std::string plan_text(const config::Deck& deck, int world) {
                      plan.micro_batch(), plan.micro_batch_auto() ? " (auto)" : "", dp, plan.accumulation());
   out += fmt::format("model {}: {} parameters in {} layers (input {})\n", deck.model.kind, plan.parameters(),
                      plan.layers().size(), source);
+  if (pp > 1)
+    out += fmt::format("stages cut by {}{}\n", plan.cut_by(),
+                       plan.cut_by() == "parameter count" && deck.parallel.balance == "time"
+                           ? " here; trident train measures each layer at start-up and cuts by time (parallel.balance)"
+                           : "");
   for (int s = 0; s < pp; ++s) {
     std::string names;
     const auto [begin, end] = plan.stage_layers(s);

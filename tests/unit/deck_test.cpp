@@ -39,7 +39,7 @@ TEST(Deck, KeysArePinnedAndEachHasHelp) {
       "run.threads", "run.fail_timeout_s", "run.peak_tflops", "data.path", "data.prefetch", "data.check_finite",
       "model.kind", "model.hidden", "model.layers", "model.heads", "model.d_model", "model.seq_len", "model.vocab",
       "parallel.dp", "parallel.pp",
-      "parallel.boundaries", "parallel.zero", "parallel.schedule", "parallel.backend", "parallel.bucket_mb", "optim.name", "optim.lr",
+      "parallel.boundaries", "parallel.balance", "parallel.zero", "parallel.schedule", "parallel.backend", "parallel.bucket_mb", "optim.name", "optim.lr",
       "optim.lr_schedule", "optim.warmup_steps", "optim.min_lr", "optim.weight_decay", "optim.momentum",
       "optim.beta1", "optim.beta2", "optim.eps", "optim.global_batch", "optim.micro_batch", "optim.max_micro_batch",
       "optim.clip_grad_norm",
