@@ -60,8 +60,10 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
   std::vector<at::Tensor> in_flight;  // what the sends read from, alive until they complete
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   int alive = 0;
+  std::vector<OpTiming> timeline;
   for (const auto& op : make_schedule(schedule_, PipelineShape{pp_, micro_batches, 1}, stage_)) {
     const auto i = static_cast<size_t>(op.micro);
+    const double op_start = step.seconds();
     switch (op.kind) {
       case OpKind::RecvActivation:
         inputs[i] =
@@ -124,7 +126,12 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         inputs[i] = at::Tensor();
         break;
     }
+    const bool compute = op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput ||
+                         op.kind == OpKind::BackwardWeight;
+    if (compute && !device_.is_cuda())
+      timeline.push_back({static_cast<int>(op.kind), op.micro, op.chunk, op_start, step.seconds()});
   }
+  stats_.last_step = std::move(timeline);
   {
     ScopedTimer blocked(stats_.blocked_s);
     for (auto& s : sends) s->wait();

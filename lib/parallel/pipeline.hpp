@@ -15,10 +15,20 @@
 
 namespace trident::parallel {
 
+// When a compute op of a step ran on this rank, in seconds from the step's start.
+struct OpTiming {
+  int kind;  // an OpKind (parallel/pipeline_schedule.hpp)
+  int micro, chunk;
+  double start_s, end_s;
+};
+
 struct StageStats {
   double compute_s = 0, blocked_s = 0, step_s = 0;  // summed over steps
   int peak_alive = 0;              // most micro-batches between their forward and backward
   int64_t activation_bytes = 0;    // one micro-batch's stage output (the activation kept per micro-batch)
+  // The latest step's compute ops. Empty on a GPU, where the host only queues the work and its
+  // clock says nothing of when the device ran it.
+  std::vector<OpTiming> last_step;
   double bubble_fraction() const { return step_s > 0 ? 1.0 - compute_s / step_s : 0.0; }
 };
 

@@ -205,9 +205,13 @@ ScheduleFigures schedule_figures(const std::string& name, const PipelineShape& s
   return figures;
 }
 
-std::string to_string(const ScheduleOp& op) {
+std::string op_name(OpKind kind) {
   static const char* names[] = {"recv_act", "F", "send_act", "recv_grad", "B", "Bi", "send_grad", "W"};
-  std::string text = std::string(names[static_cast<int>(op.kind)]) + std::to_string(op.micro);
+  return names[static_cast<int>(kind)];
+}
+
+std::string to_string(const ScheduleOp& op) {
+  std::string text = op_name(op.kind) + std::to_string(op.micro);
   if (op.chunk > 0) text += "." + std::to_string(op.chunk);
   return text;
 }

@@ -74,5 +74,6 @@ ScheduleFigures schedule_figures(const std::string& name, const PipelineShape& s
 double schedule_formula(const std::string& name, const PipelineShape& shape);
 
 std::string to_string(const ScheduleOp& op);
+std::string op_name(OpKind kind);  // F, B, Bi, W, recv_act, ...
 
 }  // namespace trident::parallel

@@ -46,6 +46,13 @@ json deck_json(const config::Deck& deck) {
   return out;
 }
 
+// Compact: one [op, micro, chunk, start_s, end_s] row per op.
+json timeline_json(const std::vector<TimelineOp>& ops) {
+  json rows = json::array();
+  for (const auto& op : ops) rows.push_back({op.op, op.micro, op.chunk, op.start_s, op.end_s});
+  return rows;
+}
+
 }  // namespace
 
 void write_report_json(const std::string& path, const Summary& s) {
@@ -93,7 +100,8 @@ void write_report_json(const std::string& path, const Summary& s) {
                       {"bubble_fraction", st.bubble_fraction},
                       {"peak_alive_micro_batches", st.peak_alive_micro_batches},
                       {"activation_bytes_per_micro_batch", st.activation_bytes_per_micro_batch},
-                      {"peak_activation_bytes", st.activation_bytes_per_micro_batch * st.peak_alive_micro_batches}});
+                      {"peak_activation_bytes", st.activation_bytes_per_micro_batch * st.peak_alive_micro_batches},
+                      {"timeline", timeline_json(st.timeline)}});
   r["pipeline"] = {{"bubble_fraction", s.bubble_fraction},
                    {"expected_bubble_fraction", s.expected_bubble_fraction},
                    {"stages", stages}};
@@ -164,6 +172,22 @@ config::Deck deck_of(const json& deck, const std::string& file) {
     overrides.push_back(f.name() + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
   }
   return config::parse_deck_text("", file, overrides);
+}
+
+StageReport stage_from_json(const json& st) {
+  StageReport r;
+  r.stage = st.value("stage", 0);
+  r.parameters = st.value("parameters", int64_t{0});
+  r.compute_s = st.value("compute_s", 0.0);
+  r.blocked_s = st.value("blocked_s", 0.0);
+  r.bubble_fraction = st.value("bubble_fraction", 0.0);
+  r.peak_alive_micro_batches = st.value("peak_alive_micro_batches", 0);
+  r.activation_bytes_per_micro_batch = st.value("activation_bytes_per_micro_batch", int64_t{0});
+  if (st.contains("timeline") && st["timeline"].is_array())
+    for (const json& row : st["timeline"])
+      r.timeline.push_back({row.at(0).get<std::string>(), row.at(1).get<int>(), row.at(2).get<int>(),
+                            row.at(3).get<double>(), row.at(4).get<double>()});
+  return r;
 }
 
 }  // namespace
@@ -240,6 +264,8 @@ ReadReport read_report_json(const std::string& path) {
     f.read("memory/device_total_bytes", s.device_total_bytes);
     f.read("pipeline/bubble_fraction", s.bubble_fraction);
     f.read("pipeline/expected_bubble_fraction", s.expected_bubble_fraction);
+    if (const json* stages = f.find("pipeline/stages"); stages && stages->is_array())
+      for (const json& st : *stages) s.stages.push_back(stage_from_json(st));
     f.read("checkpoint/saves", s.checkpoint_saves);
   } catch (const json::exception& e) {
     throw BadInput(fmt::format("report: {}: a field has the wrong type ({})", path, e.what()));

@@ -30,10 +30,19 @@ struct ModelState {
   int64_t expected = 0;                                      // the ZeRO paper's formula
 };
 
+// One compute op of a pipeline step on one stage: F (forward), B (whole backward), Bi (input
+// gradient), W (weight gradient), in seconds from the start of that step on that rank.
+struct TimelineOp {
+  std::string op;
+  int micro = 0, chunk = 0;
+  double start_s = 0, end_s = 0;
+};
+
 struct StageReport {
   int stage = 0, peak_alive_micro_batches = 0;
   double compute_s = 0, blocked_s = 0, bubble_fraction = 0;
   int64_t activation_bytes_per_micro_batch = 0, parameters = 0;
+  std::vector<TimelineOp> timeline;  // the run's last step (CPU runs; empty on a GPU)
 };
 
 struct Summary {

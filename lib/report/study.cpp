@@ -108,6 +108,10 @@ StudyRun read_study_run(const std::string& file) {
   r.phase_s = read.time_s;
   r.peak_bytes = s.peak_bytes;
   r.model_state_bytes = s.memory.params + s.memory.grads + s.memory.optimizer + s.memory.master;
+  r.micro_batches = s.layout.micro_batches;
+  r.bubble = s.bubble_fraction;
+  r.expected_bubble = s.expected_bubble_fraction;
+  r.stages = s.stages;
   if (r.world < 1) throw BadInput(fmt::format("report: {}: layout.world = {} is not a rank count", file, r.world));
   if (!(r.step_time_s > 0) || !std::isfinite(r.step_time_s))
     throw BadInput(
@@ -247,6 +251,20 @@ std::string study_markdown(const Study& study) {
     first = end;
   }
   md << "\nPlot: `report.svg` (speedup and efficiency against ideal). Numbers: `report.csv`.\n";
+  bool any_pipeline = false;
+  for (const auto& r : study.runs) any_pipeline = any_pipeline || r.pp > 1;
+  if (any_pipeline) md << "\n## Pipelines\n\nBubble: 1 - compute / step time per rank, mean over ranks; expected: the "
+                         "schedule's for equal op times. Per stage (its first replica): compute and time blocked on a "
+                         "neighbour over the run.\n";
+  for (const auto& r : study.runs) {
+    if (r.pp < 2) continue;
+    md << fmt::format("\n### {}: pp {}, {}, {} micro-batches per step\n\nbubble measured {:.3f}, expected {:.3f}\n\n",
+                      relative_dir(study, r.file), r.pp, r.schedule, r.micro_batches, r.bubble, r.expected_bubble);
+    md << "| stage | compute (s) | blocked (s) | bubble |\n|---:|---:|---:|---:|\n";
+    for (const auto& st : r.stages)
+      md << fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} |\n", st.stage, st.compute_s, st.blocked_s, st.bubble_fraction);
+    if (!timeline_svg(r).empty()) md << fmt::format("\n![the last step on each stage]({})\n", timeline_file(study, r));
+  }
   return md.str();
 }
 
@@ -382,6 +400,76 @@ std::string study_svg(const Study& study) {
   return svg.str();
 }
 
+std::string timeline_file(const Study& study, const StudyRun& run) {
+  std::string name = relative_dir(study, run.file);
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+  return "timeline_" + name + ".svg";
+}
+
+std::string timeline_svg(const StudyRun& run) {
+  double end = 0;
+  for (const auto& st : run.stages)
+    for (const auto& op : st.timeline) end = std::max(end, op.end_s);
+  if (!(end > 0)) return "";
+  const double left = 90, top = 64, row = 30, gap = 10, width = 960, plot_w = width - left - 30;
+  const double height = top + static_cast<double>(run.stages.size()) * (row + gap) + 70;
+  auto x_of = [&](double t) { return left + t / end * plot_w; };
+  auto color = [](const std::string& op) {
+    return op == "F" ? "#4c78a8" : op == "W" ? "#54a24b" : op == "Bi" ? "#f58518" : "#e45756";
+  };
+  std::ostringstream svg;
+  svg << fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" font-family=\"sans-serif\" "
+                     "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+                     width, height);
+  svg << fmt::format("<text x=\"{:.0f}\" y=\"22\" font-size=\"15\">{}: pp {}, {}, {} micro-batches, the last step's "
+                     "compute on each stage</text>\n",
+                     left, xml_escape(run.name), run.pp, xml_escape(run.schedule), run.micro_batches);
+  svg << fmt::format("<text x=\"{:.0f}\" y=\"42\">bubble measured {:.3f} (mean over ranks, whole run), {:.3f} expected "
+                     "for equal op times; grey: idle (waiting for a neighbour)</text>\n",
+                     left, run.bubble, run.expected_bubble);
+  for (size_t s = 0; s < run.stages.size(); ++s) {
+    const auto& st = run.stages[s];
+    const double y = top + static_cast<double>(s) * (row + gap);
+    svg << fmt::format("<text x=\"8\" y=\"{:.1f}\">stage {}</text>\n", y + row / 2 + 4, st.stage);
+    svg << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"#e6e6e6\"/>\n", left, y,
+                       plot_w, row);
+    for (const auto& op : st.timeline) {
+      const double x0 = x_of(op.start_s), w = std::max(0.5, x_of(op.end_s) - x0);
+      svg << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"{}\" "
+                         "stroke=\"white\" stroke-width=\"0.5\"><title>{}{} {:.2f}-{:.2f} ms</title></rect>\n",
+                         x0, y, w, row, color(op.op), op.op, op.micro, 1e3 * op.start_s, 1e3 * op.end_s);
+      if (w > 16)
+        svg << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"white\" font-size=\"10\" text-anchor=\"middle\">{}{}</text>\n",
+                           x0 + w / 2, y + row / 2 + 4, op.op, op.micro);
+    }
+  }
+  // Time axis in ms, and the legend.
+  const double axis_y = top + static_cast<double>(run.stages.size()) * (row + gap) + 4;
+  const double step_ms = [&] {
+    const double ms = 1e3 * end;
+    double step = std::pow(10.0, std::floor(std::log10(ms / 8)));
+    for (double m : {1.0, 2.0, 5.0, 10.0})
+      if (ms / (m * step) <= 8) return m * step;
+    return 10 * step;
+  }();
+  for (double t = 0; t <= 1e3 * end + 1e-9; t += step_ms)
+    svg << fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#888\"/><text x=\"{0:.1f}\" "
+                       "y=\"{3:.1f}\" text-anchor=\"middle\">{4:g}</text>\n",
+                       x_of(t / 1e3), axis_y, axis_y + 5, axis_y + 18, t);
+  svg << fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\">ms from the step's start</text>\n", left + plot_w - 130, axis_y + 34);
+  double lx = left;
+  for (const auto& [op, text] : std::vector<std::pair<std::string, std::string>>{
+           {"F", "forward"}, {"B", "backward"}, {"Bi", "input gradient"}, {"W", "weight gradient"}}) {
+    svg << fmt::format("<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{:.0f}\" "
+                       "y=\"{:.1f}\">{} {}</text>\n",
+                       lx, axis_y + 24, color(op), lx + 16, axis_y + 34, op, text);
+    lx += 150;
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
 std::vector<std::string> write_study(const Study& study, const std::string& out_dir) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -400,6 +488,8 @@ std::vector<std::string> write_study(const Study& study, const std::string& out_
   put("report.md", study_markdown(study));
   put("report.csv", study_csv(study));
   put("report.svg", study_svg(study));
+  for (const auto& run : study.runs)
+    if (const std::string svg = timeline_svg(run); !svg.empty()) put(timeline_file(study, run), svg);
   return written;
 }
 

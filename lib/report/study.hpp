@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "report/report.hpp"
+
 namespace trident::report {
 
 struct StudyRun {
@@ -26,6 +28,11 @@ struct StudyRun {
   double step_time_s = 0, samples_per_s = 0;
   std::map<std::string, double> phase_s;          // time_s.* (max over ranks), seconds over the run
   int64_t peak_bytes = 0, model_state_bytes = 0;  // per rank, max over ranks
+  // Pipelines: micro-batches per step, the bubble (mean over ranks) and its expectation for equal
+  // op times, and each stage's figures with its last step's timeline.
+  int64_t micro_batches = 1;
+  double bubble = 0, expected_bubble = 0;
+  std::vector<StageReport> stages;
   // Filled by compute_scaling:
   std::string group;  // the layout without the rank count, e.g. "cnn pp1 zero0 1f1b mpi/cpu"
   bool baseline = false;
@@ -56,8 +63,14 @@ Study load_study(const std::vector<std::string>& dirs, const std::string& kind);
 std::string study_markdown(const Study& study);
 std::string study_csv(const Study& study);
 std::string study_svg(const Study& study);
+// A pipelined run's last step, one row per stage: each compute op (F, B, Bi, W) where it ran,
+// the idle time between; empty when the run has no timeline (no pipeline, or a GPU run).
+std::string timeline_svg(const StudyRun& run);
+// Where write_study puts a run's timeline picture (a name made of the run's folder).
+std::string timeline_file(const Study& study, const StudyRun& run);
 
-// Writes report.md, report.csv and report.svg into out_dir (created); returns the three paths.
+// Writes report.md, report.csv and report.svg into out_dir (created), and a timeline picture per
+// pipelined run; returns the paths.
 std::vector<std::string> write_study(const Study& study, const std::string& out_dir);
 
 }  // namespace trident::report

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "model/gpt.hpp"
 #include "parallel/element_partition.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "train/plan_text.hpp"
 
 namespace trident::train {
@@ -21,6 +22,32 @@ struct StageRecord {
 };
 constexpr int kStageRecordFields = sizeof(StageRecord) / sizeof(double);
 static_assert(sizeof(StageRecord) == kStageRecordFields * sizeof(double), "StageRecord: doubles only, no padding");
+
+// Every rank's timeline of its last step, on rank 0 (one [kind, micro, chunk, start, end] row per op).
+std::vector<std::vector<report::TimelineOp>> gather_timelines(const parallel::StageStats& st, MPI_Comm comm) {
+  std::vector<double> mine;
+  for (const auto& op : st.last_step)
+    mine.insert(mine.end(), {static_cast<double>(op.kind), static_cast<double>(op.micro),
+                             static_cast<double>(op.chunk), op.start_s, op.end_s});
+  int ranks = 0, rank = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &ranks));
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const int count = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<size_t>(ranks)), offsets(static_cast<size_t>(ranks), 0);
+  MPI_CHECK(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
+  for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  std::vector<double> all(rank == 0 ? static_cast<size_t>(offsets.back() + counts.back()) : 0);
+  MPI_CHECK(MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE, 0, comm));
+  std::vector<std::vector<report::TimelineOp>> out(static_cast<size_t>(ranks));
+  if (rank != 0) return out;
+  for (size_t r = 0; r < out.size(); ++r)
+    for (int i = offsets[r]; i < offsets[r] + counts[r]; i += 5) {
+      const double* row = all.data() + i;
+      out[r].push_back({parallel::op_name(static_cast<parallel::OpKind>(row[0])), static_cast<int>(row[1]),
+                        static_cast<int>(row[2]), row[3], row[4]});
+    }
+  return out;
+}
 
 // run.peak_tflops = 0 on a GPU in bf16/fp16: the dense 16-bit tensor-core peak of the GPUs this
 // is known for (H100/H200 SXM 989, A100 312 TFLOP/s); 0 (no MFU) otherwise.
@@ -91,13 +118,15 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   std::vector<StageRecord> all(static_cast<size_t>(s.conn.world.size));
   MPI_CHECK(MPI_Gather(&mine, kStageRecordFields, MPI_DOUBLE, all.data(), kStageRecordFields, MPI_DOUBLE, 0,
                        s.conn.world.comm));
+  const auto timelines = gather_timelines(st, s.conn.world.comm);
   double bubble_sum = 0;
-  for (const StageRecord& r : all) {
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    const StageRecord& r = all[rank];
     bubble_sum += r.bubble_fraction;
     if (r.dp_rank != 0) continue;
     summary.stages.push_back({static_cast<int>(r.stage), static_cast<int>(r.peak_alive), r.compute_s, r.blocked_s,
                               r.bubble_fraction, static_cast<int64_t>(r.activation_bytes),
-                              static_cast<int64_t>(r.parameters)});
+                              static_cast<int64_t>(r.parameters), timelines[rank]});
   }
   summary.bubble_fraction = bubble_sum / s.conn.world.size;
   summary.expected_bubble_fraction = s.stage.plan->expected_bubble();

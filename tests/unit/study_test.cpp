@@ -220,6 +220,8 @@ TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
   w.device_total_bytes = 18;
   w.bubble_fraction = 0.3;
   w.expected_bubble_fraction = 0.2;
+  w.stages = {{0, 2, 1.5, 0.25, 0.3, 1024, 100, {{"F", 0, 0, 0.0, 0.001}, {"Bi", 0, 1, 0.002, 0.0025}}},
+              {1, 1, 1.75, 0.125, 0.2, 2048, 200, {{"W", 3, 0, 0.004, 0.005}}}};
   w.checkpoint_saves = 5;
   const std::string file = (dir_ / "report.json").string();
   write_report_json(file, w);
@@ -274,5 +276,17 @@ TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
   EXPECT_EQ(r.device_total_bytes, 18);
   EXPECT_EQ(r.bubble_fraction, 0.3);
   EXPECT_EQ(r.expected_bubble_fraction, 0.2);
+  ASSERT_EQ(r.stages.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    const StageReport &a = r.stages[s], &b = w.stages[s];
+    EXPECT_EQ(std::tie(a.stage, a.peak_alive_micro_batches, a.compute_s, a.blocked_s, a.bubble_fraction,
+                       a.activation_bytes_per_micro_batch, a.parameters),
+              std::tie(b.stage, b.peak_alive_micro_batches, b.compute_s, b.blocked_s, b.bubble_fraction,
+                       b.activation_bytes_per_micro_batch, b.parameters));
+    ASSERT_EQ(a.timeline.size(), b.timeline.size());
+    for (size_t i = 0; i < a.timeline.size(); ++i)
+      EXPECT_EQ(std::tie(a.timeline[i].op, a.timeline[i].micro, a.timeline[i].chunk, a.timeline[i].start_s, a.timeline[i].end_s),
+                std::tie(b.timeline[i].op, b.timeline[i].micro, b.timeline[i].chunk, b.timeline[i].start_s, b.timeline[i].end_s));
+  }
   EXPECT_EQ(r.checkpoint_saves, 5);
 }
