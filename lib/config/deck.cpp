@@ -323,10 +323,17 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.parallel.zero < 0 || d.parallel.zero > 3)
     fail("parallel.zero", fmt::format("{} is out of range (0 | 1 | 2 | 3)", d.parallel.zero));
   one_of("parallel.balance", d.parallel.balance, {"params", "time"});
-  if (one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b", "zb-h1"}) && d.parallel.schedule == "zb-h1" &&
-      d.parallel.zero == 3)
+  if (one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved"}) &&
+      d.parallel.schedule == "zb-h1" && d.parallel.zero == 3)
     fail("parallel.schedule", "zb-h1 does not run with parallel.zero = 3 yet (ZeRO-3 frees a layer's gradients when its "
                               "backward ends, before a deferred weight gradient); use 1f1b or zero <= 2");
+  const int64_t v = d.parallel.virtual_stages;
+  if (d.parallel.schedule == "interleaved") {
+    if (v < 2) fail("parallel.virtual_stages", fmt::format("{}: the interleaved schedule needs at least 2 chunks per rank", v));
+    if (pp == 1) fail("parallel.schedule", "interleaved needs a pipeline (parallel.pp >= 2)");
+  } else if (v != 1) {
+    fail("parallel.virtual_stages", fmt::format("{}: several chunks per rank need parallel.schedule = interleaved", v));
+  }
   if (one_of("parallel.backend", d.parallel.backend, {"auto", "mpi", "nccl"}) && d.parallel.backend == "nccl") {
     if (!env.cuda_available) fail("parallel.backend", "'nccl' requested, but " + env.no_cuda_reason);
     else if (d.run.device == "cpu") fail("parallel.backend", "'nccl' moves CUDA tensors; run.device = cpu trains on the CPU (use mpi)");

@@ -48,7 +48,9 @@
     "how an automatic cut balances the stages: params (parameter count) | time (each layer's forward + backward, measured at start-up)") \
   X(parallel, zero, int64_t, 0, "ZeRO stage within each dp group: 0 (DDP) | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)")            \
   X(parallel, schedule, std::string, "1f1b",                                                    \
-    "pipeline schedule: gpipe | 1f1b | zb-h1 (1f1b with each backward split: weight gradients fill the bubbles)") \
+    "pipeline schedule: gpipe | 1f1b | zb-h1 (1f1b with each backward split: weight gradients fill the bubbles) | interleaved (Megatron's interleaved 1f1b over parallel.virtual_stages chunks per rank)") \
+  X(parallel, virtual_stages, int64_t, 1,                                                       \
+    "interleaved: model chunks per rank (>= 2); the layers are cut into pp x v chunks, rank r holding chunks r, r + pp, ...") \
   X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: mpi for CPU tensors)") \
   X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB")
 

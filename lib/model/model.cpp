@@ -9,12 +9,23 @@ LayerStackImpl::LayerStackImpl(std::vector<Layer> layers) : layers_(std::move(la
 }
 
 torch::Tensor LayerStackImpl::forward(torch::Tensor x) {
+  LayerHooks* hooks = *hooks_;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (hooks_) hooks_->before_layer(l);
+    if (hooks) hooks->before_layer(first_index_ + l);
     x = layers_[l].module->forward(x);
-    if (hooks_) hooks_->after_layer(l, x);
+    if (hooks) hooks->after_layer(first_index_ + l, x);
   }
   return x;
+}
+
+std::shared_ptr<LayerStackImpl> LayerStackImpl::slice(size_t begin, size_t end) const {
+  TRIDENT_CHECK(begin <= end && end <= layers_.size(), "LayerStack::slice: bad range");
+  auto part = std::make_shared<LayerStackImpl>(std::vector<Layer>(layers_.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                                  layers_.begin() + static_cast<std::ptrdiff_t>(end)));
+  part->hooks_ = hooks_;
+  part->first_index_ = first_index_ + begin;
+  part->train(is_training());
+  return part;
 }
 
 const std::map<std::string, Builder>& registry() {

@@ -41,13 +41,20 @@ class LayerStackImpl : public torch::nn::Module {
   explicit LayerStackImpl(std::vector<Layer> layers);
   torch::Tensor forward(torch::Tensor x);
   const std::vector<Layer>& layers() const { return layers_; }
-  void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
+  // Hooks for this stack and every slice of it, called with the layer's index in this stack.
+  void set_hooks(LayerHooks* hooks) { *hooks_ = hooks; }
+  // Layers [begin, end) as a stack of their own (the same modules: an interleaved pipeline's
+  // chunk of the rank's layers); it calls this stack's hooks, with this stack's indices.
+  std::shared_ptr<LayerStackImpl> slice(size_t begin, size_t end) const;
 
  private:
   std::vector<Layer> layers_;
-  LayerHooks* hooks_ = nullptr;
+  std::shared_ptr<LayerHooks*> hooks_ = std::make_shared<LayerHooks*>(nullptr);
+  size_t first_index_ = 0;  // of layers_[0] in the stack hooks_ belongs to
 };
 TORCH_MODULE(LayerStack);
+
+inline LayerStack slice(const LayerStack& stack, size_t begin, size_t end) { return LayerStack(stack->slice(begin, end)); }
 
 using Builder = std::function<std::vector<Layer>(const config::Deck&, const InputSpec&)>;
 const std::map<std::string, Builder>& registry();

@@ -11,9 +11,10 @@
 namespace trident::parallel {
 
 namespace {
-// Tags keep activations and gradients of different micro-batches apart on the pp communicator.
-int activation_tag(int micro) { return 2 * micro; }
-int gradient_tag(int micro) { return 2 * micro + 1; }
+// Tags keep activations and gradients of different micro-batches (and chunks: the receiver's)
+// apart on the pp communicators.
+int activation_tag(int micro, int chunk, int chunks) { return 2 * (micro * chunks + chunk); }
+int gradient_tag(int micro, int chunk, int chunks) { return 2 * (micro * chunks + chunk) + 1; }
 
 std::vector<int64_t> with_batch(int64_t n, const std::vector<int64_t>& sample_shape) {
   std::vector<int64_t> shape{n};
@@ -23,18 +24,17 @@ std::vector<int64_t> with_batch(int64_t n, const std::vector<int64_t>& sample_sh
 }  // namespace
 
 Pipeline::Pipeline(comm::Communicator& activations, comm::Communicator& gradients, int stage, int pp,
-                   model::LayerStack stage_model, std::vector<int64_t> input_shape, std::vector<int64_t> output_shape,
-                   std::string schedule)
-    : activations_(activations), gradients_(gradients), stage_(stage), pp_(pp), model_(std::move(stage_model)), input_shape_(std::move(input_shape)),
-      output_shape_(std::move(output_shape)), schedule_(std::move(schedule)) {}
+                   std::vector<PipelineChunk> chunks, std::string schedule)
+    : activations_(activations), gradients_(gradients), stage_(stage), pp_(pp), chunks_(std::move(chunks)),
+      schedule_(std::move(schedule)) {}
 
-at::Tensor Pipeline::forward(const at::Tensor& x) {
+at::Tensor Pipeline::forward(int chunk, const at::Tensor& x) {
   optim::AutocastScope autocast(compute_type_, device_.is_cuda());
   // Stage boundaries stay fp32 whatever the layers computed in (the pipeline's buffers are). The
   // last stage's logits stay as computed: model::cross_entropy reads bf16/fp16 ones in fp32
   // slices, and a whole fp32 copy of a GPT's logits would be its largest tensor.
-  const at::Tensor y = model_->forward(x);
-  return last() ? y : y.to(at::kFloat);
+  const at::Tensor y = chunks_[static_cast<size_t>(chunk)].layers->forward(x);
+  return last_chunk(chunk) ? y : y.to(at::kFloat);
 }
 
 // non_blocking: from pinned memory (data/loader.hpp pins batches meant for a GPU) the copy runs
@@ -53,48 +53,66 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
                           GradSync& sync, const at::Tensor& loss_factor, double& forward_s, double& backward_s) {
   Stopwatch step;
   const double compute_before = forward_s + backward_s;
-  const auto m = static_cast<size_t>(micro_batches);
-  std::vector<at::Tensor> inputs(m), outputs(m), labels(m), losses(m), output_grads(m);
-  std::vector<std::unique_ptr<SplitBackward>> split(m);  // between a micro-batch's input and weight gradients
+  const int v = chunks();
+  const auto slots = static_cast<size_t>(micro_batches * v);  // one per (micro-batch, chunk)
+  std::vector<at::Tensor> inputs(slots), outputs(slots), labels(slots), losses(slots), output_grads(slots);
+  std::vector<std::unique_ptr<SplitBackward>> split(slots);  // between an input and a weight gradient
   std::vector<std::unique_ptr<comm::Work>> sends;
   std::vector<at::Tensor> in_flight;  // what the sends read from, alive until they complete
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   int alive = 0;
   std::vector<OpTiming> timeline;
-  for (const auto& op : make_schedule(schedule_, PipelineShape{pp_, micro_batches, 1}, stage_)) {
-    const auto i = static_cast<size_t>(op.micro);
+  const std::vector<ScheduleOp> ops = make_schedule(schedule_, PipelineShape{pp_, micro_batches, v}, stage_);
+  // Which backward the gradient strategy hears of. One chunk: each micro-batch's (its hooks fire
+  // there; "last" on the last micro-batch's). Several: a chunk's parameters get the gradients of
+  // its last micro-batch in a different op from another chunk's, with other micro-batches'
+  // backwards between, so the strategy hears only of the step's last backward and takes the
+  // rest at finish() (accumulated in the gradients meanwhile, without overlap).
+  size_t last_backward = 0;
+  for (size_t k = 0; k < ops.size(); ++k)
+    if (ops[k].kind == OpKind::Backward || ops[k].kind == OpKind::BackwardWeight) last_backward = k;
+  const auto tell_strategy = [&](size_t k, const ScheduleOp& op) {
+    if (v == 1) sync.before_backward(op.micro == micro_batches - 1);
+    else if (k == last_backward) sync.before_backward(true);
+  };
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const ScheduleOp& op = ops[k];
+    const int c = op.chunk;
+    const auto i = static_cast<size_t>(op.micro * v + c);
+    const auto& chunk = chunks_[static_cast<size_t>(c)];
     const double op_start = step.seconds();
     switch (op.kind) {
       case OpKind::RecvActivation:
-        inputs[i] =
-            receive(activations_, input_shape_, micro_batch, stage_ - 1, activation_tag(op.micro)).requires_grad_(true);
+        inputs[i] = receive(activations_, chunk.input_shape, micro_batch, previous_rank(), activation_tag(op.micro, c, v))
+                        .requires_grad_(true);
         break;
       case OpKind::Forward: {
-        if (first() || last()) {
+        if (first_chunk(c) || last_chunk(c)) {
           auto batch = next_batch();
-          if (first()) inputs[i] = to_device(batch.inputs);
-          if (last()) labels[i] = to_device(batch.labels);
+          if (first_chunk(c)) inputs[i] = to_device(batch.inputs);
+          if (last_chunk(c)) labels[i] = to_device(batch.labels);
         }
         ScopedTimer t(forward_s);
-        outputs[i] = forward(inputs[i]);
-        if (last()) {
+        outputs[i] = forward(c, inputs[i]);
+        if (last_chunk(c)) {
           losses[i] = model::cross_entropy(outputs[i], labels[i], /*mean=*/true);
           loss_sum += losses[i].detach().to(at::kDouble);
         }
         stats_.peak_alive = std::max(stats_.peak_alive, ++alive);
         break;
       }
-      case OpKind::SendActivation:
+      case OpKind::SendActivation:  // to the next virtual stage: the next rank, or rank 0's next chunk
         in_flight.push_back(outputs[i].detach());
-        sends.push_back(activations_.send_async(in_flight.back(), stage_ + 1, activation_tag(op.micro)));
+        sends.push_back(activations_.send_async(in_flight.back(), next_rank(),
+                                                activation_tag(op.micro, last() ? c + 1 : c, v)));
         break;
       case OpKind::RecvGradient:
-        output_grads[i] = receive(gradients_, output_shape_, micro_batch, stage_ + 1, gradient_tag(op.micro));
+        output_grads[i] = receive(gradients_, chunk.output_shape, micro_batch, next_rank(), gradient_tag(op.micro, c, v));
         break;
       case OpKind::Backward: {
         ScopedTimer t(backward_s);
-        sync.before_backward(op.micro == micro_batches - 1);  // every schedule ends on the last micro-batch
-        if (last()) (losses[i] * loss_factor).backward();
+        tell_strategy(k, op);
+        if (last_chunk(c)) (losses[i] * loss_factor).backward();
         else outputs[i].backward(output_grads[i]);
         outputs[i] = losses[i] = output_grads[i] = labels[i] = at::Tensor();
         --alive;
@@ -102,7 +120,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
       }
       case OpKind::BackwardInput: {  // the parameters' gradients wait for BackwardWeight
         ScopedTimer t(backward_s);
-        if (last()) {
+        if (last_chunk(c)) {
           const at::Tensor scaled = losses[i] * loss_factor;
           split[i] = std::make_unique<SplitBackward>(scaled, at::ones_like(scaled), inputs[i]);
         } else {
@@ -113,16 +131,16 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
       }
       case OpKind::BackwardWeight: {
         ScopedTimer t(backward_s);
-        // The gradient hooks fire here, so this is the backward the strategy hears of.
-        sync.before_backward(op.micro == micro_batches - 1);
+        tell_strategy(k, op);  // the gradient hooks fire here
         split[i]->weight_gradients();
         split[i].reset();
         --alive;
         break;
       }
-      case OpKind::SendGradient:
+      case OpKind::SendGradient:  // to the previous virtual stage: the previous rank's, or the last rank's previous chunk
         in_flight.push_back(inputs[i].grad());
-        sends.push_back(gradients_.send_async(in_flight.back(), stage_ - 1, gradient_tag(op.micro)));
+        sends.push_back(gradients_.send_async(in_flight.back(), previous_rank(),
+                                              gradient_tag(op.micro, first() ? c - 1 : c, v)));
         inputs[i] = at::Tensor();
         break;
     }
@@ -138,12 +156,16 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
   }
   stats_.compute_s += forward_s + backward_s - compute_before;
   stats_.step_s += step.seconds();
-  int64_t bytes = 4;
-  for (auto d : output_shape_) bytes *= d;
-  stats_.activation_bytes = bytes * micro_batch;
+  stats_.activation_bytes = 0;
+  for (const auto& ch : chunks_) {
+    int64_t bytes = 4 * micro_batch;
+    for (auto d : ch.output_shape) bytes *= d;
+    stats_.activation_bytes = std::max(stats_.activation_bytes, bytes);
+  }
   return loss_sum;
 }
 
+// Forward only, chunk after chunk: from rank 0 through every rank, back to rank 0's next chunk.
 std::pair<double, double> Pipeline::evaluate(int64_t n, const std::function<data::MicroBatch()>& read) {
   torch::NoGradGuard no_grad;
   at::Tensor x, labels;
@@ -152,14 +174,16 @@ std::pair<double, double> Pipeline::evaluate(int64_t n, const std::function<data
     if (first()) x = to_device(batch.inputs);
     if (last()) labels = to_device(batch.labels);
   }
-  if (!first()) x = receive(activations_, input_shape_, n, stage_ - 1, activation_tag(0));
-  const at::Tensor y = forward(x);
-  if (!last()) {
-    activations_.send(y.contiguous(), stage_ + 1, activation_tag(0));
-    return {0.0, 0.0};
+  const int v = chunks();
+  for (int c = 0; c < v; ++c) {
+    const auto& chunk = chunks_[static_cast<size_t>(c)];
+    if (!first_chunk(c)) x = receive(activations_, chunk.input_shape, n, previous_rank(), activation_tag(0, c, v));
+    x = forward(c, x);
+    if (!last_chunk(c)) activations_.send(x.contiguous(), next_rank(), activation_tag(0, last() ? c + 1 : c, v));
   }
-  const double loss = model::cross_entropy(y, labels, /*mean=*/false).item<double>();
-  return {loss, y.argmax(-1).eq(labels).sum().item<double>()};
+  if (!last()) return {0.0, 0.0};
+  const double loss = model::cross_entropy(x, labels, /*mean=*/false).item<double>();
+  return {loss, x.argmax(-1).eq(labels).sum().item<double>()};
 }
 
 }  // namespace trident::parallel

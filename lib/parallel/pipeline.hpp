@@ -3,6 +3,9 @@
 // stage. Activations and their gradients go to the neighbouring stages with non-blocking sends
 // and blocking receives of known shapes; only the first stage reads inputs and only the last
 // reads labels and computes the loss. With pp = 1 it is plain forward/backward per micro-batch.
+// Under the interleaved schedule a rank runs several chunks of the model: activations go from
+// the last rank back to rank 0's next chunk, and the first and last chunks are rank 0's first
+// and the last rank's last.
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,25 +27,29 @@ struct OpTiming {
 
 struct StageStats {
   double compute_s = 0, blocked_s = 0, step_s = 0;  // summed over steps
-  int peak_alive = 0;              // most micro-batches between their forward and backward
-  int64_t activation_bytes = 0;    // one micro-batch's stage output (the activation kept per micro-batch)
+  int peak_alive = 0;              // most micro-batches (per chunk) between their forward and backward
+  int64_t activation_bytes = 0;    // one micro-batch's output of a chunk (the largest): what each keeps
   // The latest step's compute ops. Empty on a GPU, where the host only queues the work and its
   // clock says nothing of when the device ran it.
   std::vector<OpTiming> last_step;
   double bubble_fraction() const { return step_s > 0 ? 1.0 - compute_s / step_s : 0.0; }
 };
 
+// One model chunk a rank runs, with one sample's shape entering and leaving it.
+struct PipelineChunk {
+  model::LayerStack layers;
+  std::vector<int64_t> input_shape, output_shape;
+};
+
 class Pipeline {
  public:
-  // `input_shape` / `output_shape`: one sample's shape entering / leaving this stage.
-  // Activations travel on `activations` (stage s -> s + 1) and gradients on `gradients`
+  // `chunks`: this rank's, in order (one but for the interleaved schedule). Activations travel on `activations` (stage s -> s + 1) and gradients on `gradients`
   // (s + 1 -> s), over the pp group. They may be one communicator (MPI matches messages by tag
   // and source); NCCL needs two: its sends and receives run in order on one stream and a send
   // completes only when the peer receives it, so under 1F1B a stage sending an activation while
   // its neighbour sends it a gradient on the same stream would wait for each other forever.
   Pipeline(comm::Communicator& activations, comm::Communicator& gradients, int stage, int pp,
-           model::LayerStack stage_model, std::vector<int64_t> input_shape, std::vector<int64_t> output_shape,
-           std::string schedule);
+           std::vector<PipelineChunk> chunks, std::string schedule);
 
   // Forwards under autocast in `type` (Float = off, optim/precision.hpp) on `device`, where the
   // stage's model is; batches are copied there (asynchronously from pinned memory on a GPU) and
@@ -52,9 +59,8 @@ class Pipeline {
     device_ = device;
   }
 
-  bool first() const { return stage_ == 0; }
-  bool last() const { return stage_ == pp_ - 1; }
-  model::LayerStack& model() { return model_; }
+  bool first() const { return stage_ == 0; }    // reads the inputs
+  bool last() const { return stage_ == pp_ - 1; }  // reads the labels, computes the loss
 
   // One optimizer step: `micro_batches` micro-batches of `micro_batch` samples. `next_batch`
   // gives the first stage its inputs and the last its labels, in micro-batch order. Returns the
@@ -73,15 +79,20 @@ class Pipeline {
   const StageStats& stats() const { return stats_; }
 
  private:
-  at::Tensor forward(const at::Tensor& x);  // this stage's layers under the compute type; fp32 out
+  // A chunk's layers under the compute type; fp32 out but for the model's last chunk.
+  at::Tensor forward(int chunk, const at::Tensor& x);
+  bool first_chunk(int chunk) const { return first() && chunk == 0; }  // of the whole model
+  bool last_chunk(int chunk) const { return last() && chunk == chunks() - 1; }
+  int chunks() const { return static_cast<int>(chunks_.size()); }
+  int next_rank() const { return (stage_ + 1) % pp_; }
+  int previous_rank() const { return (stage_ + pp_ - 1) % pp_; }
   at::Tensor receive(comm::Communicator& comm, const std::vector<int64_t>& sample_shape, int64_t n, int peer,
                      int tag);
   at::Tensor to_device(const at::Tensor& t) const;
   comm::Communicator& activations_;
   comm::Communicator& gradients_;
   int stage_, pp_;
-  model::LayerStack model_;
-  std::vector<int64_t> input_shape_, output_shape_;
+  std::vector<PipelineChunk> chunks_;
   std::string schedule_;
   StageStats stats_;
   c10::ScalarType compute_type_ = c10::ScalarType::Float;

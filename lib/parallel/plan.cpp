@@ -37,6 +37,7 @@ Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInf
     : grid_(RankGrid::of(deck, world_size)),
       zero_(static_cast<int>(deck.parallel.zero)),
       schedule_(deck.parallel.schedule),
+      virtual_stages_(static_cast<int>(deck.parallel.virtual_stages)),
       global_batch_(deck.optim.global_batch),
       micro_batch_(config::resolved_micro_batch(deck, world_size)),
       micro_batch_auto_(deck.optim.micro_batch == "auto"),
@@ -45,6 +46,11 @@ Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInf
     fatal_all(fmt::format("optim.global_batch: {} is not divisible by micro_batch({}) x dp({})", global_batch_,
                           micro_batch_, grid_.dp));
   accumulation_ = global_batch_ / (micro_batch_ * grid_.dp);
+  if (const std::string why = schedule_constraint(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_});
+      !why.empty())
+    fatal_all(fmt::format("parallel.schedule: {}; micro-batches per step = optim.global_batch / (optim.micro_batch x dp) "
+                          "= {} / ({} x {})",
+                          why, global_batch_, micro_batch_, grid_.dp));
   optimizer_bytes_per_param_ = deck.optim.name == "adamw" ? 8 : (deck.optim.momentum > 0 ? 4 : 0);
 
   shapes_.push_back(std::move(input_shape));
@@ -57,13 +63,18 @@ Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInf
     layer_weights.push_back(timed ? std::llround(layer.seconds * 1e9) : layer.parameter_count());
   }
   const std::vector<int> boundaries = parse_boundaries(deck.parallel.boundaries);
-  first_layer_ = cut_layers(layer_weights, grid_.pp, boundaries);
+  if (virtual_stages_ > 1 && static_cast<int>(layers_.size()) < grid_.pp * virtual_stages_)
+    fatal_all(fmt::format("parallel.virtual_stages: pp({}) x v({}) = {} chunks, but the model has only {} layers", grid_.pp,
+                          virtual_stages_, grid_.pp * virtual_stages_, layers_.size()));
+  first_layer_ = cut_layers(layer_weights, grid_.pp * virtual_stages_, boundaries);
   cut_by_ = !boundaries.empty() ? "parallel.boundaries" : timed ? "measured time" : "parameter count";
 
-  // Each parameter's place in its stage's flat buffer: the stage's layers' parameters in order.
+  // Each parameter's place in its stage's flat buffer: the stage's layers' parameters in order
+  // (a stage's chunks come in model order, so walking the model in order fills each buffer in order).
   std::vector<int64_t> offset(static_cast<size_t>(grid_.pp), 0);
-  for (int stage = 0; stage < grid_.pp; ++stage) {
-    const auto [begin, end] = stage_layers(stage);
+  for (size_t vs = 0; vs < first_layer_.size(); ++vs) {
+    const int stage = static_cast<int>(vs) % grid_.pp;
+    const auto [begin, end] = chunk_layers(stage, static_cast<int>(vs) / grid_.pp);
     for (int l = begin; l < end; ++l) {
       for (const auto& p : layers_[static_cast<size_t>(l)].parameters) {
         placed_parameters_.push_back({p.name, p.shape, stage, offset[static_cast<size_t>(stage)], p.numel()});
@@ -81,22 +92,29 @@ int64_t Plan::parameters() const {
   return n;
 }
 
-std::pair<int, int> Plan::stage_layers(int stage) const {
-  const auto s = static_cast<size_t>(stage);
-  return {first_layer_[s], stage + 1 < grid_.pp ? first_layer_[s + 1] : static_cast<int>(layers_.size())};
+std::pair<int, int> Plan::chunk_layers(int stage, int chunk) const {
+  const auto vs = static_cast<size_t>(chunk * grid_.pp + stage);
+  return {first_layer_[vs], vs + 1 < first_layer_.size() ? first_layer_[vs + 1] : static_cast<int>(layers_.size())};
+}
+
+std::vector<int> Plan::stage_layer_indices(int stage) const {
+  std::vector<int> indices;
+  for (int chunk = 0; chunk < virtual_stages_; ++chunk) {
+    const auto [begin, end] = chunk_layers(stage, chunk);
+    for (int l = begin; l < end; ++l) indices.push_back(l);
+  }
+  return indices;
 }
 
 int64_t Plan::stage_parameters(int stage) const {
-  const auto [begin, end] = stage_layers(stage);
   int64_t n = 0;
-  for (int l = begin; l < end; ++l) n += layers_[static_cast<size_t>(l)].parameter_count();
+  for (int l : stage_layer_indices(stage)) n += layers_[static_cast<size_t>(l)].parameter_count();
   return n;
 }
 
 double Plan::stage_seconds(int stage) const {
-  const auto [begin, end] = stage_layers(stage);
   double seconds = 0;
-  for (int l = begin; l < end; ++l) seconds += layers_[static_cast<size_t>(l)].seconds;
+  for (int l : stage_layer_indices(stage)) seconds += layers_[static_cast<size_t>(l)].seconds;
   return seconds;
 }
 
@@ -107,28 +125,32 @@ int Plan::largest_stage() const {
   return largest;
 }
 
-const std::vector<int64_t>& Plan::stage_input_shape(int stage) const {
-  return shapes_[static_cast<size_t>(stage_layers(stage).first)];
+const std::vector<int64_t>& Plan::chunk_input_shape(int stage, int chunk) const {
+  return shapes_[static_cast<size_t>(chunk_layers(stage, chunk).first)];
 }
 
-const std::vector<int64_t>& Plan::stage_output_shape(int stage) const {
-  return shapes_[static_cast<size_t>(stage_layers(stage).second)];
+const std::vector<int64_t>& Plan::chunk_output_shape(int stage, int chunk) const {
+  return shapes_[static_cast<size_t>(chunk_layers(stage, chunk).second)];
 }
 
 int64_t Plan::activation_bytes(int stage) const {
-  int64_t bytes = 4 * micro_batch_;
-  for (int64_t d : stage_output_shape(stage)) bytes *= d;
-  return bytes;
+  int64_t total = 0;
+  for (int chunk = 0; chunk < virtual_stages_; ++chunk) {
+    int64_t bytes = 4 * micro_batch_;
+    for (int64_t d : chunk_output_shape(stage, chunk)) bytes *= d;
+    total += bytes;
+  }
+  return total;
 }
 
 // Both from the schedule's own op lists (parallel/pipeline_schedule.hpp), equal op times assumed.
 int64_t Plan::micro_batches_in_flight() const {
-  const ScheduleFigures f = schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), 1});
+  const ScheduleFigures f = schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_});
   return static_cast<int64_t>(std::ceil(f.peak_activations));
 }
 
 double Plan::expected_bubble() const {
-  return grid_.pp > 1 ? schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), 1}).bubble : 0.0;
+  return grid_.pp > 1 ? schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}).bubble : 0.0;
 }
 
 ModelStateBytes Plan::state_bytes(int stage) const {

@@ -68,17 +68,22 @@ class Plan {
 
   const std::vector<model::LayerInfo>& layers() const { return layers_; }
   int64_t parameters() const;                 // the whole model's
-  std::pair<int, int> stage_layers(int stage) const;  // [first, end) of the layer list
+  // The layer list is cut into pp x v chunks (v = parallel.virtual_stages, 1 but for the
+  // interleaved schedule); chunk c of stage s is virtual stage c * pp + s.
+  int virtual_stages() const { return virtual_stages_; }
+  std::pair<int, int> chunk_layers(int stage, int chunk) const;  // [first, end) of the layer list
+  std::vector<int> stage_layer_indices(int stage) const;          // its chunks' layers, chunk by chunk
   int64_t stage_parameters(int stage) const;
   int largest_stage() const;                  // by parameters (the first of equals)
   // What decided the cut: "parallel.boundaries", "measured time" or "parameter count".
   const std::string& cut_by() const { return cut_by_; }
   // A stage's measured forward + backward time per micro-batch; 0 when not measured.
   double stage_seconds(int stage) const;
-  // One sample entering / leaving a stage: what the pipeline's neighbours exchange.
-  const std::vector<int64_t>& stage_input_shape(int stage) const;
-  const std::vector<int64_t>& stage_output_shape(int stage) const;
-  // fp32 bytes of a stage's output for one micro-batch: what it keeps from forward to backward.
+  // One sample entering / leaving a chunk: what the pipeline's neighbours exchange.
+  const std::vector<int64_t>& chunk_input_shape(int stage, int chunk) const;
+  const std::vector<int64_t>& chunk_output_shape(int stage, int chunk) const;
+  // fp32 bytes of a stage's outputs (every chunk's) for one micro-batch: what it keeps from
+  // forward to backward.
   int64_t activation_bytes(int stage) const;
   // Micro-batches a stage holds between forward and its last backward op at worst: GPipe all m,
   // 1F1B and ZB-H1 at most pp.
@@ -101,6 +106,7 @@ class Plan {
   int zero_ = 0;
   std::string schedule_;
   std::string cut_by_;
+  int virtual_stages_ = 1;
   int64_t global_batch_ = 0, micro_batch_ = 1, accumulation_ = 1, optimizer_bytes_per_param_ = 0;
   bool micro_batch_auto_ = false;
   std::vector<model::LayerInfo> layers_;

@@ -415,6 +415,10 @@ std::string timeline_svg(const StudyRun& run) {
   const double left = 90, top = 64, row = 30, gap = 10, width = 960, plot_w = width - left - 30;
   const double height = top + static_cast<double>(run.stages.size()) * (row + gap) + 70;
   auto x_of = [&](double t) { return left + t / end * plot_w; };
+  // "F3", or "F3.1" for micro-batch 3's forward through this rank's chunk 1 (interleaved).
+  auto label = [](const TimelineOp& op) {
+    return op.op + std::to_string(op.micro) + (op.chunk > 0 ? "." + std::to_string(op.chunk) : "");
+  };
   auto color = [](const std::string& op) {
     return op == "F" ? "#4c78a8" : op == "W" ? "#54a24b" : op == "Bi" ? "#f58518" : "#e45756";
   };
@@ -437,11 +441,11 @@ std::string timeline_svg(const StudyRun& run) {
     for (const auto& op : st.timeline) {
       const double x0 = x_of(op.start_s), w = std::max(0.5, x_of(op.end_s) - x0);
       svg << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"{}\" "
-                         "stroke=\"white\" stroke-width=\"0.5\"><title>{}{} {:.2f}-{:.2f} ms</title></rect>\n",
-                         x0, y, w, row, color(op.op), op.op, op.micro, 1e3 * op.start_s, 1e3 * op.end_s);
+                         "stroke=\"white\" stroke-width=\"0.5\"><title>{} {:.2f}-{:.2f} ms</title></rect>\n",
+                         x0, y, w, row, color(op.op), label(op), 1e3 * op.start_s, 1e3 * op.end_s);
       if (w > 16)
-        svg << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"white\" font-size=\"10\" text-anchor=\"middle\">{}{}</text>\n",
-                           x0 + w / 2, y + row / 2 + 4, op.op, op.micro);
+        svg << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"white\" font-size=\"10\" text-anchor=\"middle\">{}</text>\n",
+                           x0 + w / 2, y + row / 2 + 4, label(op));
     }
   }
   // Time axis in ms, and the legend.

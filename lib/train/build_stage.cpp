@@ -76,10 +76,14 @@ void measure_layer_times(const config::Deck& deck, const Connection& conn, model
 void log_cut(const parallel::Plan& plan) {
   std::string stages;
   for (int s = 0; s < plan.pp(); ++s) {
-    const auto [begin, end] = plan.stage_layers(s);
-    const auto& first = plan.layers()[static_cast<size_t>(begin)].name;
-    const auto& last = plan.layers()[static_cast<size_t>(end - 1)].name;
-    stages += fmt::format("{}stage {} {}", s ? " | " : "", s, end - begin == 1 ? first : first + ".." + last);
+    std::string runs;  // each chunk's first..last layer
+    for (int c = 0; c < plan.virtual_stages(); ++c) {
+      const auto [begin, end] = plan.chunk_layers(s, c);
+      const auto& first = plan.layers()[static_cast<size_t>(begin)].name;
+      const auto& last = plan.layers()[static_cast<size_t>(end - 1)].name;
+      runs += (c ? " + " : "") + (end - begin == 1 ? first : first + ".." + last);
+    }
+    stages += fmt::format("{}stage {} {}", s ? " | " : "", s, runs);
     if (plan.stage_seconds(s) > 0) stages += fmt::format(" {:.2f} ms", plan.stage_seconds(s) * 1e3);
   }
   log::info("pipeline cut by {}: {}{}", plan.cut_by(), stages,
@@ -112,14 +116,26 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
     measure_layer_times(deck, conn, whole, input, layers);
   st.plan = std::make_unique<parallel::Plan>(deck, conn.world.size, std::move(layers), input.sample_shape);
   if (st.plan->pp() > 1) log_cut(*st.plan);
+  // This rank's layers, chunk after chunk (one chunk but for the interleaved schedule): the model
+  // its flat buffers, gradient strategy and checkpoints see; the pipeline runs each chunk as a
+  // slice of it.
   const int stage = conn.topology->stage();
-  const auto [begin, end] = st.plan->stage_layers(stage);
-  st.model = model::LayerStack(std::vector<model::Layer>(whole->layers().begin() + begin, whole->layers().begin() + end));
+  std::vector<model::Layer> mine;
+  for (int l : st.plan->stage_layer_indices(stage)) mine.push_back(whole->layers()[static_cast<size_t>(l)]);
+  st.model = model::LayerStack(std::move(mine));
   st.model->to(conn.torch_device);
+  std::vector<parallel::PipelineChunk> chunks;
+  size_t first = 0;
+  for (int c = 0; c < st.plan->virtual_stages(); ++c) {
+    const auto [begin, end] = st.plan->chunk_layers(stage, c);
+    const size_t count = static_cast<size_t>(end - begin);
+    chunks.push_back({st.plan->virtual_stages() == 1 ? st.model : model::slice(st.model, first, first + count),
+                      st.plan->chunk_input_shape(stage, c), st.plan->chunk_output_shape(stage, c)});
+    first += count;
+  }
   comm::Communicator& gradients = conn.pp_gradient_comm ? *conn.pp_gradient_comm : *conn.pp_comm;
-  st.pipeline = std::make_unique<parallel::Pipeline>(*conn.pp_comm, gradients, stage, st.plan->pp(), st.model,
-                                                     st.plan->stage_input_shape(stage),
-                                                     st.plan->stage_output_shape(stage), deck.parallel.schedule);
+  st.pipeline = std::make_unique<parallel::Pipeline>(*conn.pp_comm, gradients, stage, st.plan->pp(), std::move(chunks),
+                                                     deck.parallel.schedule);
   broadcast_model(st.model, *conn.dp_comm);
 
   st.flat = std::make_unique<optim::FlatParams>(*st.model, conn.torch_device);

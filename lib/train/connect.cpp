@@ -107,9 +107,15 @@ Connection connect(const config::Deck& deck, MPI_Comm comm) {
   // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones and for ranks sharing a GPU.
   const std::string backend = choose_backend(deck, conn);
   conn.dp_comm = comm::make_communicator(backend, conn.topology->dp_group(), deck.run.fail_timeout_s);
-  conn.pp_comm = comm::make_communicator(backend, conn.topology->pp_group(), deck.run.fail_timeout_s);
-  if (backend == "nccl" && conn.topology->pp() > 1)
-    conn.pp_gradient_comm = comm::make_communicator(backend, conn.topology->pp_group(), deck.run.fail_timeout_s);
+  // The interleaved schedule sends activations both ways between two ranks (the last rank feeds
+  // rank 0's next chunk): NCCL's in-order sends could wait for each other there, so its pipeline
+  // traffic goes over MPI (staged through the host) while the replicas' collectives stay on NCCL.
+  const std::string pp_backend = deck.parallel.schedule == "interleaved" ? "mpi" : backend;
+  if (pp_backend != backend && conn.world.rank == 0)
+    log::info("parallel.schedule = interleaved: pipeline sends go over MPI, collectives over {}", backend);
+  conn.pp_comm = comm::make_communicator(pp_backend, conn.topology->pp_group(), deck.run.fail_timeout_s);
+  if (pp_backend == "nccl" && conn.topology->pp() > 1)
+    conn.pp_gradient_comm = comm::make_communicator(pp_backend, conn.topology->pp_group(), deck.run.fail_timeout_s);
   return conn;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "comm/cuda_runtime.hpp"
@@ -54,20 +55,20 @@ int64_t largest_activation_bytes(const parallel::Plan& plan) {
 // Every schedule for this pipeline: its bubble for equal op times (simulated from its op lists),
 // its closed form, and the most micro-batches its busiest rank holds activations for (an
 // interleaved chunk's count as 1 / v: it holds 1 / v of the stage's layers).
-std::string schedule_table(int pp, int micro_batches) {
+std::string schedule_table(int pp, int micro_batches, int deck_virtual_stages) {
   std::string out = fmt::format("  {:<16} {:>7} {:>8}  {:<25} {}\n", "schedule", "bubble", "formula", "",
                                 "micro-batches held");
   for (const auto& name : parallel::schedule_names()) {
-    const int v = name == "interleaved" ? 2 : 1;
+    const int v = name == "interleaved" ? std::max(2, deck_virtual_stages) : 1;
     const parallel::PipelineShape shape{pp, micro_batches, v};
-    const std::string label = name == "interleaved" ? "interleaved v=2" : name;
+    const std::string label = name == "interleaved" ? fmt::format("interleaved v={}", v) : name;
     if (const std::string why = parallel::schedule_constraint(name, shape); !why.empty()) {
       out += fmt::format("  {:<16} {}\n", label, why);
       continue;
     }
     const parallel::ScheduleFigures f = parallel::schedule_figures(name, shape);
-    out += fmt::format("  {:<16} {:>7.3f} {:>8.3f}  {:<25} {:.1f}{}\n", label, f.bubble, f.formula, "= " + f.formula_text,
-                       f.peak_activations, name == "interleaved" ? "  (not trained yet)" : "");
+    out += fmt::format("  {:<16} {:>7.3f} {:>8.3f}  {:<25} {:.1f}\n", label, f.bubble, f.formula, "= " + f.formula_text,
+                       f.peak_activations);
   }
   return out;
 }
@@ -94,9 +95,12 @@ std::string plan_text(const config::Deck& deck, int world) {
                            ? " here; trident train measures each layer at start-up and cuts by time (parallel.balance)"
                            : "");
   for (int s = 0; s < pp; ++s) {
-    std::string names;
-    const auto [begin, end] = plan.stage_layers(s);
-    for (int l = begin; l < end; ++l) names += (names.empty() ? "" : ", ") + plan.layers()[static_cast<size_t>(l)].name;
+    std::string names;  // chunks apart by " | " (interleaved)
+    for (int c = 0; c < plan.virtual_stages(); ++c) {
+      const auto [begin, end] = plan.chunk_layers(s, c);
+      for (int l = begin; l < end; ++l)
+        names += (l == begin ? (c ? " | " : "") : ", ") + plan.layers()[static_cast<size_t>(l)].name;
+    }
     out += fmt::format("  stage {}: {:>12} parameters, {} of activations per micro-batch  [{}]\n", s,
                        plan.stage_parameters(s), gib(plan.activation_bytes(s)), names);
   }
@@ -109,7 +113,7 @@ std::string plan_text(const config::Deck& deck, int world) {
                      gib(state.total()), gib(plan.state_bytes_without_zero(largest).total()));
   out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f}\n", plan.accumulation(), plan.schedule(),
                      plan.expected_bubble());
-  if (pp > 1) out += schedule_table(pp, static_cast<int>(plan.accumulation()));
+  if (pp > 1) out += schedule_table(pp, static_cast<int>(plan.accumulation()), plan.virtual_stages());
   // On a GPU all of this is device memory: the model state and the stage outputs of the
   // micro-batches in flight between forward and backward.
   const int64_t largest_activation = largest_activation_bytes(plan);

@@ -179,9 +179,14 @@ void log_layout(const Trainer::State& s) {
             "gradients {} | {} thread(s)/rank | global batch {} = micro {} x dp {} x accumulation {}",
             s.conn.world.size, s.conn.world.node_count, nodes, topo.dp(), topo.pp(), deck.parallel.zero, s.conn.dp_comm->backend(),
             s.conn.device, s.stage.grad_sync->name(), s.conn.threads, deck.optim.global_batch, s.stage.plan->micro_batch(), topo.dp(), s.stage.plan->accumulation());
-  log::info("model {}: stage {} runs layers [{}, {}) with {} parameters | data {}: {} train / {} test samples, "
+  std::string layer_runs;  // [first, end) of each chunk
+  for (int c = 0; c < s.stage.plan->virtual_stages(); ++c) {
+    const auto [begin, end] = s.stage.plan->chunk_layers(topo.stage(), c);
+    layer_runs += fmt::format("{}[{}, {})", c ? " + " : "", begin, end);
+  }
+  log::info("model {}: stage {} runs layers {} with {} parameters | data {}: {} train / {} test samples, "
             "{} steps/epoch, {} steps",
-            deck.model.kind, topo.stage(), s.stage.plan->stage_layers(topo.stage()).first, s.stage.plan->stage_layers(topo.stage()).second, s.stage.flat->numel(), deck.data.path,
+            deck.model.kind, topo.stage(), layer_runs, s.stage.flat->numel(), deck.data.path,
             s.stage.train_split->size(), s.stage.test_split->size(), s.stage.sampler->steps_per_epoch(), s.stage.total_steps);
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
 }

@@ -70,6 +70,17 @@ TEST(Checkpoint, ResumeIsBitExactPipeline) {
   expect_bit_exact_resume(deck, "ck_pp");
 }
 
+// Two chunks per rank: each rank's file blocks are its chunks' tensors, in its buffer's order.
+TEST(Checkpoint, ResumeIsBitExactInterleavedPipeline) {
+  if (world_size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  auto deck = tiny_deck("mlp", "ck_interleaved");
+  deck.model.hidden = "31,17,13";
+  deck.parallel.pp = 2;
+  deck.parallel.schedule = "interleaved";
+  deck.parallel.virtual_stages = 2;
+  expect_bit_exact_resume(deck, "ck_interleaved");
+}
+
 // Written by dp = world with ZeRO-3 (and pp = 2 when the ranks allow), read by one rank with
 // plain DDP: the loaded parameters are the saved ones exactly, and three more steps match a run
 // that never stopped.

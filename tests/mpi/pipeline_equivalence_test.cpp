@@ -3,6 +3,7 @@
 // batch, under every schedule, with explicit or balanced cuts, and combined with ZeRO. zb-h1
 // splits each backward in two (parallel/split_backward.hpp): the parameters' gradients must come
 // out as a whole backward's, through the same hooks, with the weight gradients deferred.
+// interleaved gives each rank two chunks of the layer list and sends activations round the ranks.
 #include "train_helpers.hpp"
 
 using namespace trident;
@@ -18,6 +19,8 @@ void expect_pipeline_equals_one_rank(config::Deck deck, const std::string& tag) 
   reference_deck.parallel.pp = 1;
   reference_deck.parallel.zero = 0;
   reference_deck.parallel.boundaries = "";
+  reference_deck.parallel.schedule = "1f1b";
+  reference_deck.parallel.virtual_stages = 1;
   const auto one = train_on(reference_deck, MPI_COMM_SELF, tag + "_pp1");
   ASSERT_FALSE(piped.params.empty());
   ASSERT_LT(piped.params.size(), one.params.size());  // a stage holds part of the model
@@ -80,5 +83,18 @@ TEST(PipelineEquivalence, ZeroBubbleWithZeroStages) {
     deck.parallel.schedule = "zb-h1";
     deck.optim.clip_grad_norm = 0.2;
     expect_pipeline_equals_one_rank(deck, "zbh1_zero" + std::to_string(zero));
+  }
+}
+
+TEST(PipelineEquivalence, InterleavedWithZeroStages) {
+  // Four layers in pp 2 x v 2 chunks: rank 0 runs fc1 and fc3, rank 1 fc2 and the head.
+  for (int zero : {0, 1, 2, 3}) {
+    auto deck = tiny_deck("mlp", "pp_interleaved_zero" + std::to_string(zero));
+    deck.model.hidden = "31,17,13";
+    deck.parallel.zero = zero;
+    deck.parallel.schedule = "interleaved";
+    deck.parallel.virtual_stages = 2;
+    deck.optim.clip_grad_norm = 0.2;
+    expect_pipeline_equals_one_rank(deck, "interleaved_zero" + std::to_string(zero));
   }
 }

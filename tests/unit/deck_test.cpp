@@ -39,7 +39,7 @@ TEST(Deck, KeysArePinnedAndEachHasHelp) {
       "run.threads", "run.fail_timeout_s", "run.peak_tflops", "data.path", "data.prefetch", "data.check_finite",
       "model.kind", "model.hidden", "model.layers", "model.heads", "model.d_model", "model.seq_len", "model.vocab",
       "parallel.dp", "parallel.pp",
-      "parallel.boundaries", "parallel.balance", "parallel.zero", "parallel.schedule", "parallel.backend", "parallel.bucket_mb", "optim.name", "optim.lr",
+      "parallel.boundaries", "parallel.balance", "parallel.zero", "parallel.schedule", "parallel.virtual_stages", "parallel.backend", "parallel.bucket_mb", "optim.name", "optim.lr",
       "optim.lr_schedule", "optim.warmup_steps", "optim.min_lr", "optim.weight_decay", "optim.momentum",
       "optim.beta1", "optim.beta2", "optim.eps", "optim.global_batch", "optim.micro_batch", "optim.max_micro_batch",
       "optim.clip_grad_norm",
@@ -112,8 +112,13 @@ TEST(Deck, OutOfRangeValues) {
             std::string::npos);
   EXPECT_NE(validation_message("[optim]\nbeta2 = 1.0\n").find("optim.beta2"), std::string::npos);
   EXPECT_NE(validation_message("[parallel]\nzero = 5\n").find("parallel.zero: 5 is out of range"), std::string::npos);
-  EXPECT_NE(validation_message("[parallel]\nschedule = interleaved\n").find("parallel.schedule: 'interleaved' is not one of"),
-            std::string::npos);  // planned (trident plan shows it), not trained
+  EXPECT_NE(validation_message("[parallel]\nschedule = interleaved\npp = 2\n")
+                .find("parallel.virtual_stages: 1: the interleaved schedule needs at least 2 chunks per rank"),
+            std::string::npos);
+  EXPECT_NE(validation_message("[parallel]\nvirtual_stages = 2\n")
+                .find("parallel.virtual_stages: 2: several chunks per rank need parallel.schedule = interleaved"),
+            std::string::npos);
+  EXPECT_EQ(validation_message("[parallel]\nschedule = interleaved\npp = 2\nvirtual_stages = 2\n"), "");
   EXPECT_NE(validation_message("[parallel]\nzero = 3\nschedule = zb-h1\n").find("parallel.schedule: zb-h1 does not run with parallel.zero = 3"),
             std::string::npos);
   EXPECT_EQ(validation_message("[parallel]\nzero = 2\nschedule = zb-h1\n"), "");

@@ -80,13 +80,13 @@ TEST(Plan, StagesPlaceTheirParametersContiguously) {
   auto deck = cnn_deck(2);
   deck.parallel.boundaries = "3";
   const parallel::Plan plan(deck, 2, toy_layers(4), {1});
-  EXPECT_EQ(plan.stage_layers(0), (std::pair<int, int>{0, 3}));
-  EXPECT_EQ(plan.stage_layers(1), (std::pair<int, int>{3, 4}));
+  EXPECT_EQ(plan.chunk_layers(0, 0), (std::pair<int, int>{0, 3}));
+  EXPECT_EQ(plan.chunk_layers(1, 0), (std::pair<int, int>{3, 4}));
   EXPECT_EQ(plan.stage_parameters(0), 1 + 2 + 3);
   EXPECT_EQ(plan.stage_parameters(1), 4);
   EXPECT_EQ(plan.largest_stage(), 0);
-  EXPECT_EQ(plan.stage_input_shape(1), (std::vector<int64_t>{30}));
-  EXPECT_EQ(plan.stage_output_shape(1), (std::vector<int64_t>{40}));
+  EXPECT_EQ(plan.chunk_input_shape(1, 0), (std::vector<int64_t>{30}));
+  EXPECT_EQ(plan.chunk_output_shape(1, 0), (std::vector<int64_t>{40}));
   EXPECT_EQ(plan.activation_bytes(0), 4 * plan.micro_batch() * 30);
   const auto& placed = plan.placed_parameters();
   ASSERT_EQ(placed.size(), 4u);
@@ -99,6 +99,35 @@ TEST(Plan, StagesPlaceTheirParametersContiguously) {
   EXPECT_EQ(bytes.params, 4 * 6);
   EXPECT_EQ(bytes.grads, 4 * 3);
   EXPECT_EQ(bytes.optimizer, 8 * 3);  // AdamW's two moments of its half
+}
+
+TEST(Plan, InterleavedChunksGoRoundTheRanks) {
+  // Layers of 1, 2, 3, 4 parameters cut into pp 2 x v 2 chunks of one layer each: rank 0 holds
+  // layers 0 and 2, rank 1 layers 1 and 3; each rank's buffer holds its chunks in order.
+  auto deck = cnn_deck(2);
+  deck.parallel.schedule = "interleaved";
+  deck.parallel.virtual_stages = 2;
+  const parallel::Plan plan(deck, 2, toy_layers(4), {1});
+  EXPECT_EQ(plan.virtual_stages(), 2);
+  EXPECT_EQ(plan.chunk_layers(0, 1), (std::pair<int, int>{2, 3}));
+  EXPECT_EQ(plan.chunk_layers(1, 0), (std::pair<int, int>{1, 2}));
+  EXPECT_EQ(plan.stage_layer_indices(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(plan.stage_layer_indices(1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(plan.stage_parameters(0), 1 + 3);
+  EXPECT_EQ(plan.chunk_input_shape(0, 1), (std::vector<int64_t>{20}));  // what rank 1's first chunk hands back
+  const auto& placed = plan.placed_parameters();  // model order
+  ASSERT_EQ(placed.size(), 4u);
+  EXPECT_EQ(std::make_pair(placed[2].stage, placed[2].offset), std::make_pair(0, int64_t{1}));
+  EXPECT_EQ(std::make_pair(placed[3].stage, placed[3].offset), std::make_pair(1, int64_t{2}));
+  EXPECT_EQ(plan.accumulation(), 8);
+  EXPECT_NEAR(plan.expected_bubble(), 1.0 / (2 * 8 + 1), 1e-12);  // (p - 1) / (v m + p - 1)
+  deck.optim.global_batch = 12;  // 3 micro-batches of 4 per step: not a multiple of pp
+  try {
+    parallel::Plan(deck, 2, toy_layers(4), {1});
+    FAIL() << "m not a multiple of pp accepted";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of the pipeline stages"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Plan, BadLayoutsNameTheirKey) {
@@ -131,7 +160,7 @@ TEST(Plan, PlacementMatchesEachStagesFlatBuffer) {
   EXPECT_EQ(plan.parameters(), all);
   size_t next = 0;
   for (int stage = 0; stage < 2; ++stage) {
-    const auto [begin, end] = plan.stage_layers(stage);
+    const auto [begin, end] = plan.chunk_layers(stage, 0);
     model::LayerStack part(std::vector<model::Layer>(whole->layers().begin() + begin, whole->layers().begin() + end));
     const optim::FlatParams flat(*part, torch::kCPU);
     const auto placed = plan.stage_parameters_placed(stage);
