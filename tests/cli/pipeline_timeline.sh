@@ -3,13 +3,7 @@
 # it. The log names the cut and each stage's measured time; report.json holds each stage's last
 # step, in which every micro-batch has exactly one forward, input gradient and weight gradient,
 # run one after another; trident report draws it and reports the bubble measured vs expected.
-set -eu
-trident=$1 mpiexec=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-"$trident" prepare-data synthetic --out syn.h5 --train 512 --test 64 --classes 4 --shape 1x12x12 >/dev/null
+source "$(dirname "$0")/common.sh" "$1" "$2" 512
 out=$("$mpiexec" -n 2 "$trident" train /dev/null --set data.path=syn.h5 --set run.name=tl --set model.kind=cnn \
       --set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.balance=time --set run.max_steps=3 \
       --set optim.global_batch=32 --set optim.micro_batch=8 --set run.threads=1 2>&1) || fail "training failed: $out"
