@@ -323,10 +323,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.parallel.zero < 0 || d.parallel.zero > 3)
     fail("parallel.zero", fmt::format("{} is out of range (0 | 1 | 2 | 3)", d.parallel.zero));
   one_of("parallel.balance", d.parallel.balance, {"params", "time"});
-  if (one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved"}) &&
-      d.parallel.schedule == "zb-h1" && d.parallel.zero == 3)
-    fail("parallel.schedule", "zb-h1 does not run with parallel.zero = 3 yet (ZeRO-3 frees a layer's gradients when its "
-                              "backward ends, before a deferred weight gradient); use 1f1b or zero <= 2");
+  one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved"});
   const int64_t v = d.parallel.virtual_stages;
   if (d.parallel.schedule == "interleaved") {
     if (v < 2) fail("parallel.virtual_stages", fmt::format("{}: the interleaved schedule needs at least 2 chunks per rank", v));

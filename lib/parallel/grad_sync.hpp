@@ -28,6 +28,9 @@ class GradSync {
   virtual std::string name() const = 0;
   // `last` is true on the last micro-step of a step.
   virtual void before_backward(bool last) = 0;
+  // A split backward (zb-h1, parallel/split_backward.hpp) is about to compute these parameters'
+  // gradients, apart from the backward through their layer's input.
+  virtual void before_weight_gradients(const std::vector<at::Tensor>& params) {}
   virtual void finish() = 0;
   // What this rank's optimizer updates: fp32 parameters and their reduced gradients, one
   // contiguous buffer each (the whole model for DDP, this rank's partition for ZeRO).

@@ -132,7 +132,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
       case OpKind::BackwardWeight: {
         ScopedTimer t(backward_s);
         tell_strategy(k, op);  // the gradient hooks fire here
-        split[i]->weight_gradients();
+        split[i]->weight_gradients([&sync](const std::vector<at::Tensor>& params) { sync.before_weight_gradients(params); });
         split[i].reset();
         --alive;
         break;

@@ -121,7 +121,7 @@ SplitBackward::SplitBackward(const at::Tensor& root, const at::Tensor& root_grad
             [](const auto& a, const auto& b) { return a->order < b->order; });
 }
 
-void SplitBackward::weight_gradients() {
+void SplitBackward::weight_gradients(const std::function<void(const std::vector<at::Tensor>&)>& before) {
   auto& engine = ag::Engine::get_default_engine();
   if (root_.defined()) {
     engine.execute({ag::impl::gradient_edge(root_)}, {root_grad_}, false, false, true, {});
@@ -138,7 +138,13 @@ void SplitBackward::weight_gradients() {
       }
     // B did not reach it (its gradient was zero or never formed): its parameters get none,
     // as in a whole backward.
-    if (!roots.empty()) engine.execute(roots, grads, /*keep_graph=*/false, false, /*accumulate_grad=*/true, i->parameters);
+    if (roots.empty()) continue;
+    if (before) {
+      std::vector<at::Tensor> params;
+      for (const auto& e : i->parameters) params.push_back(static_cast<ag::AccumulateGrad*>(e.function.get())->variable);
+      before(params);
+    }
+    engine.execute(roots, grads, /*keep_graph=*/false, false, /*accumulate_grad=*/true, i->parameters);
   }
   intermediates_.clear();
 }

@@ -14,6 +14,7 @@
 // A stage whose input takes no gradient (the first) has no B: W is its whole backward.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,7 +30,10 @@ class SplitBackward {
   SplitBackward& operator=(const SplitBackward&) = delete;
 
   // W: the parameters' gradients, accumulated into their .grad; then the graph is released.
-  void weight_gradients();
+  // `before(params)` runs just before the gradients of `params` are computed (ZeRO-3 makes them
+  // whole and gives them a gradient buffer there); not when W is the whole backward, whose
+  // layer hooks do that as in any backward.
+  void weight_gradients(const std::function<void(const std::vector<at::Tensor>&)>& before = {});
 
  private:
   struct Intermediate;

@@ -12,6 +12,8 @@
 // autograd saved from them) stay in place; re-allocating the storage brings them all back.
 #include <torch/torch.h>
 
+#include <unordered_map>
+
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "parallel/bucket_readiness.hpp"
@@ -77,6 +79,8 @@ class Zero3 final : public GradSync, public model::LayerHooks {
       }
       release_storage(span.params);
       release_storage(span.grads);
+      for (int64_t p = span.first_param; p < span.end_param; ++p)
+        layer_of_param_[flat.slots[static_cast<size_t>(p)].param.unsafeGetTensorImpl()] = l;
       layer_of_bucket_.push_back(l);
       backward_order.push_back({span.first_param, span.end_param, span.begin, span.end - span.begin});
     }
@@ -114,6 +118,16 @@ class Zero3 final : public GradSync, public model::LayerHooks {
     }
     release_storage(span.params);
     span.params_live = false;
+  }
+
+  // ---- a split backward's weight gradients (zb-h1): the layer whole and its gradient buffer
+  // live again, whatever happened since the backward through its input (other micro-batches'
+  // forwards free its parameters, an earlier weight gradient's reduce frees its buffer).
+  void before_weight_gradients(const std::vector<at::Tensor>& params) override {
+    for (const auto& p : params) {
+      const auto it = layer_of_param_.find(p.unsafeGetTensorImpl());
+      if (it != layer_of_param_.end()) prepare_backward(it->second);
+    }
   }
 
   // ---- backward
@@ -233,6 +247,7 @@ class Zero3 final : public GradSync, public model::LayerHooks {
   data::Range range_{0, 0};
   std::vector<LayerSpan> layers_;
   std::vector<size_t> layer_of_bucket_;
+  std::unordered_map<const c10::TensorImpl*, size_t> layer_of_param_;
   at::Tensor param_partition_, grad_partition_;
   std::unique_ptr<BucketReadiness> readiness_;
   std::unique_ptr<comm::Work> prefetch_;  // the gather of layer prefetched_, in flight

@@ -76,6 +76,10 @@ TEST(GptEquivalence, PipelineAndZero3EqualOneRank) {
   deck.parallel.schedule = "zb-h1";  // attention, layer norms and linears with split backwards
   deck.run.name = "gpt_pp_zbh1";
   expect_same_training(train_on(deck, MPI_COMM_WORLD, "pp2_zbh1"), one, "gpt pp=2 zb-h1");
+  deck.parallel.zero = 3;  // layer norms' weight gradients read their layer's gathered parameters
+  deck.run.name = "gpt_pp_zbh1_zero3";
+  expect_same_training(train_on(deck, MPI_COMM_WORLD, "pp2_zbh1_zero3"), one, "gpt pp=2 zb-h1 zero 3");
+  deck.parallel.zero = 0;
   deck.parallel.schedule = "interleaved";  // [embed] [block2] on rank 0, [block1] [head] on rank 1
   deck.parallel.virtual_stages = 2;
   deck.run.name = "gpt_pp_interleaved";

@@ -83,8 +83,10 @@ TEST(PipelineEquivalence, CnnZeroBubbleSplitBackward) {
   expect_pipeline_equals_one_rank(deck, "cnn_zbh1");
 }
 
-// zb-h1 with ZeRO-3 is refused for now (config::validate).
-TEST(PipelineEquivalence, ZeroBubbleWithZeroStages) { expect_every_zero_stage("zb-h1", {0, 1, 2}, "31,17"); }
+// ZeRO-3 re-gathers a layer and its gradient buffer for each deferred weight gradient.
+TEST(PipelineEquivalence, ZeroBubbleWithZeroStages) { expect_every_zero_stage("zb-h1", {0, 1, 2, 3}, "31,17"); }
+
+TEST(PipelineEquivalence, GPipeWithZeroStages) { expect_every_zero_stage("gpipe", {1, 2, 3}, "31,17"); }
 
 // Four layers in pp 2 x v 2 chunks: rank 0 runs fc1 and fc3, rank 1 fc2 and the head.
 TEST(PipelineEquivalence, InterleavedWithZeroStages) { expect_every_zero_stage("interleaved", {0, 1, 2, 3}, "31,17,13", 2); }
