@@ -29,8 +29,8 @@ struct StageStats {
   double compute_s = 0, blocked_s = 0, step_s = 0;  // summed over steps
   int peak_alive = 0;              // most micro-batches (per chunk) between their forward and backward
   int64_t activation_bytes = 0;    // one micro-batch's output of a chunk (the largest): what each keeps
-  // The latest step's compute ops. Empty on a GPU, where the host only queues the work and its
-  // clock says nothing of when the device ran it.
+  // The latest step's compute ops, with a pipeline. Empty on a GPU, where the host only queues
+  // the work and its clock says nothing of when the device ran it.
   std::vector<OpTiming> last_step;
   double bubble_fraction() const { return step_s > 0 ? 1.0 - compute_s / step_s : 0.0; }
 };

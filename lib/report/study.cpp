@@ -493,7 +493,7 @@ std::vector<std::string> write_study(const Study& study, const std::string& out_
   put("report.csv", study_csv(study));
   put("report.svg", study_svg(study));
   for (const auto& run : study.runs)
-    if (const std::string svg = timeline_svg(run); !svg.empty()) put(timeline_file(study, run), svg);
+    if (const std::string svg = run.pp > 1 ? timeline_svg(run) : ""; !svg.empty()) put(timeline_file(study, run), svg);
   return written;
 }
 
