@@ -96,14 +96,16 @@ SplitBackward::SplitBackward(const at::Tensor& root, const at::Tensor& root_grad
   for (ag::Node* node : post_order) {
     if (!leads_to_input[node] || node == input_edge.function.get()) continue;
     auto intermediate = std::make_unique<Intermediate>();
-    for (const auto& e : node->next_edges()) {
-      if (!e.function || leads_to_input[e.function.get()]) continue;
-      for (ag::Node* a : accumulators_below[e.function.get()]) {
-        TRIDENT_CHECK(claimed.insert(a).second,
-                      "split backward: a parameter is used twice in one stage (tied weights); use parallel.schedule = "
-                      "1f1b");
-        intermediate->parameters.push_back(ag::Edge(a->shared_from_this(), 0));
-      }
+    // In graph order, each once: the order ZeRO-3 gathers in must be the same on every rank.
+    std::vector<ag::Node*> mine;
+    for (const auto& e : node->next_edges())
+      if (e.function && !leads_to_input[e.function.get()])
+        for (ag::Node* a : accumulators_below[e.function.get()])
+          if (std::find(mine.begin(), mine.end(), a) == mine.end()) mine.push_back(a);
+    for (ag::Node* a : mine) {
+      TRIDENT_CHECK(claimed.insert(a).second,
+                    "split backward: a parameter is used twice in one stage (tied weights); use parallel.schedule = 1f1b");
+      intermediate->parameters.push_back(ag::Edge(a->shared_from_this(), 0));
     }
     if (intermediate->parameters.empty()) continue;
     intermediate->node = node->shared_from_this();
