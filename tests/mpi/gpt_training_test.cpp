@@ -121,9 +121,11 @@ TEST(GptPrecision, Bf16TracksFp32) {
 // Mixed precision composes with ZeRO and the pipeline: bf16 under ZeRO-3, and bf16 with pp = 2,
 // train like bf16 with plain DDP. Not to fp32's 1e-5: the layouts sum gradients in different
 // orders, and a last-bit difference in an fp32 master weight can round its bf16 copy the other
-// way at the next step (2^-8 relative), so layouts agree to bf16's precision. The bound 1e-2 of
-// the largest weight is still well under what 4 steps move the weights (Adam, lr 3e-3: ~0.1 of
-// it), so a layout that lost or double-counted a gradient would fail.
+// way at the next step (2^-8 relative), so layouts agree to bf16's precision. How many such flips
+// there are depends on the CPU's bf16 kernels: ZeRO-3 against DDP measured 0.0106 of the largest
+// weight on an AMD EPYC VM with LibTorch 2.11 (the same before and after the pipeline-schedule
+// work), under 1e-2 on the CI machine. The bound 2e-2 is still well under what 4 steps move the
+// weights (Adam, lr 3e-3: ~0.1 of it), so a layout that lost or double-counted a gradient fails.
 TEST(GptPrecision, Bf16WithZero3AndPipelineTrainsLikeBf16Ddp) {
   if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks";
   auto deck = tiny_gpt_deck("gpt_bf16_ddp");
@@ -135,7 +137,7 @@ TEST(GptPrecision, Bf16WithZero3AndPipelineTrainsLikeBf16Ddp) {
     deck.parallel.pp = pp;
     const auto other = train_on(deck, MPI_COMM_WORLD, "layout");
     ASSERT_FALSE(other.params.empty());
-    EXPECT_LE(max_relative_difference(other, ddp), 1e-2) << deck.run.name;
+    EXPECT_LE(max_relative_difference(other, ddp), 2e-2) << deck.run.name;
     ASSERT_EQ(other.result.logged_losses.size(), ddp.result.logged_losses.size());
     for (size_t i = 0; i < ddp.result.logged_losses.size(); ++i)
       EXPECT_NEAR(other.result.logged_losses[i].second, ddp.result.logged_losses[i].second,
