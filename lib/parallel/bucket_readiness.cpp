@@ -29,10 +29,11 @@ void BucketReadiness::arm() {
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].end_param - buckets_[b].first_param;
   next_ = 0;
   armed_ = true;
+  counting_ = true;
 }
 
 void BucketReadiness::on_gradient(size_t param) {
-  if (!armed_) return;
+  if (!armed_ || !counting_) return;
   --pending_[bucket_of_param_[param]];
   while (next_ < buckets_.size() && pending_[next_] == 0) on_ready_(next_++);
 }

@@ -22,7 +22,10 @@ class BucketReadiness {
   BucketReadiness(const BucketReadiness&) = delete;
   BucketReadiness& operator=(const BucketReadiness&) = delete;
 
-  void arm();    // the next backward's gradients are to be handed on
+  void arm();    // the next backward's gradients are to be handed on (and counted)
+  // Armed, but this backward's gradients do not count (an interleaved pipeline's backward of a
+  // chunk whose last backward of the step is still to come).
+  void set_counting(bool counting) { counting_ = counting; }
   void flush();  // after backward: buckets with parameters that got no gradient, in order; disarms
   bool armed() const { return armed_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -35,7 +38,7 @@ class BucketReadiness {
   std::vector<int64_t> pending_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // the params hold them weakly
   size_t next_ = 0;
-  bool armed_ = false;
+  bool armed_ = false, counting_ = true;
 };
 
 }  // namespace trident::parallel

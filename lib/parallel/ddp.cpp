@@ -24,6 +24,9 @@ class Ddp final : public GradSync {
   void before_backward(bool last) override {
     if (readiness_ && last) readiness_->arm();
   }
+  void count_gradients(bool counting) override {
+    if (readiness_) readiness_->set_counting(counting);
+  }
 
   void finish() override {
     if (!readiness_ || !readiness_->armed()) return;

@@ -31,6 +31,10 @@ class GradSync {
   // A split backward (zb-h1, parallel/split_backward.hpp) is about to compute these parameters'
   // gradients, apart from the backward through their layer's input.
   virtual void before_weight_gradients(const std::vector<at::Tensor>& params) {}
+  // Several chunks per rank (interleaved): after before_backward(true), whether the next
+  // backward's gradients complete buckets (a chunk's last backward of the step) or only
+  // accumulate (another chunk's, whose last is still to come).
+  virtual void count_gradients(bool counting) {}
   virtual void finish() = 0;
   // What this rank's optimizer updates: fp32 parameters and their reduced gradients, one
   // contiguous buffer each (the whole model for DDP, this rank's partition for ZeRO).

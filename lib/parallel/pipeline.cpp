@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "core/timer.hpp"
 #include "model/loss.hpp"
 #include "optim/precision.hpp"
@@ -64,16 +66,23 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
   std::vector<OpTiming> timeline;
   const std::vector<ScheduleOp> ops = make_schedule(schedule_, PipelineShape{pp_, micro_batches, v}, stage_);
   // Which backward the gradient strategy hears of. One chunk: each micro-batch's (its hooks fire
-  // there; "last" on the last micro-batch's). Several: a chunk's parameters get the gradients of
-  // its last micro-batch in a different op from another chunk's, with other micro-batches'
-  // backwards between, so the strategy hears only of the step's last backward and takes the
-  // rest at finish() (accumulated in the gradients meanwhile, without overlap).
-  size_t last_backward = 0;
+  // there; "last" on the last micro-batch's). Several: each chunk's parameters get their step's
+  // last gradients in that chunk's last backward, and another chunk's backwards (of other
+  // micro-batches) come between those ops; the strategy is armed at the first of them and counts
+  // only their gradients, so each chunk's buckets go out as its last backward ends, overlapping
+  // the backwards still to run, while the ops between only accumulate.
+  std::vector<size_t> last_of_chunk(static_cast<size_t>(v), 0);
   for (size_t k = 0; k < ops.size(); ++k)
-    if (ops[k].kind == OpKind::Backward || ops[k].kind == OpKind::BackwardWeight) last_backward = k;
+    if (ops[k].kind == OpKind::Backward || ops[k].kind == OpKind::BackwardWeight)
+      last_of_chunk[static_cast<size_t>(ops[k].chunk)] = k;
+  const size_t first_last = *std::min_element(last_of_chunk.begin(), last_of_chunk.end());
   const auto tell_strategy = [&](size_t k, const ScheduleOp& op) {
-    if (v == 1) sync.before_backward(op.micro == micro_batches - 1);
-    else if (k == last_backward) sync.before_backward(true);
+    if (v == 1) {
+      sync.before_backward(op.micro == micro_batches - 1);
+      return;
+    }
+    if (k == first_last) sync.before_backward(true);
+    if (k >= first_last) sync.count_gradients(k == last_of_chunk[static_cast<size_t>(op.chunk)]);
   };
   for (size_t k = 0; k < ops.size(); ++k) {
     const ScheduleOp& op = ops[k];

@@ -19,6 +19,7 @@ class Zero1 final : public GradSync {
 
   std::string name() const override { return "zero1"; }
   void before_backward(bool last) override { ddp_->before_backward(last); }
+  void count_gradients(bool counting) override { ddp_->count_gradients(counting); }
   void finish() override {
     ddp_->finish();
     exposed_seconds_ = ddp_->exposed_comm_seconds() + gather_seconds_;

@@ -29,6 +29,7 @@ class Zero2 final : public GradSync {
   }
 
   std::string name() const override { return "zero2"; }
+  void count_gradients(bool counting) override { readiness_->set_counting(counting); }
   void before_backward(bool) override {
     readiness_->flush();  // the previous micro-step's unused parameters, if any
     readiness_->arm();

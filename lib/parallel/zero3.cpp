@@ -131,6 +131,7 @@ class Zero3 final : public GradSync, public model::LayerHooks {
   }
 
   // ---- backward
+  void count_gradients(bool counting) override { readiness_->set_counting(counting); }
   void before_backward(bool) override {
     readiness_->flush();
     readiness_->arm();
