@@ -81,39 +81,57 @@ TEST(Checkpoint, ResumeIsBitExactInterleavedPipeline) {
   expect_bit_exact_resume(deck, "ck_interleaved");
 }
 
-// Written by dp = world with ZeRO-3 (and pp = 2 when the ranks allow), read by one rank with
-// plain DDP: the loaded parameters are the saved ones exactly, and three more steps match a run
-// that never stopped.
-TEST(Checkpoint, ReshardsToAnotherLayout) {
-  auto deck = tiny_deck("mlp", "ck_reshard");
-  deck.model.hidden = "31,17";
-  deck.run.max_steps = 6;
-  const auto uninterrupted = run_in(deck, MPI_COMM_SELF, dir_for("ck_reshard_straight", MPI_COMM_SELF), "never");
-
-  auto writer = deck;
+// A checkpoint written at step 3 by `writer` (the world's ranks, `deck` in another layout), read
+// by one rank with plain DDP: the loaded parameters are the saved ones exactly, and three more
+// steps match a run of `deck` that never stopped.
+static void expect_one_rank_reads_back(const config::Deck& deck, config::Deck writer, const std::string& tag) {
+  const auto uninterrupted = run_in(deck, MPI_COMM_SELF, dir_for(tag + "_straight", MPI_COMM_SELF), "never");
   writer.run.max_steps = 3;
-  writer.parallel.zero = 3;
-  if (world_size() % 2 == 0 && world_size() >= 2) writer.parallel.pp = 2;
-  const std::string dir = dir_for("ck_reshard_written", MPI_COMM_WORLD);
+  const std::string dir = dir_for(tag + "_written", MPI_COMM_WORLD);
   run_in(writer, MPI_COMM_WORLD, dir, "never");
   const std::string file = dir + "/checkpoints/step_0000003.h5";
 
   auto reader = deck;
-  reader.run.output_dir = dir_for("ck_reshard_read", MPI_COMM_SELF);
+  reader.run.output_dir = dir_for(tag + "_read", MPI_COMM_SELF);
   {  // right after loading: the saved parameters, compared with a fresh three-step run at dp 1
     auto three = deck;
     three.run.max_steps = 3;
-    const auto reference = run_in(three, MPI_COMM_SELF, dir_for("ck_reshard_three", MPI_COMM_SELF), "never");
+    const auto reference = run_in(three, MPI_COMM_SELF, dir_for(tag + "_three", MPI_COMM_SELF), "never");
     train::Trainer loaded(reader, MPI_COMM_SELF, file);
     const auto params = loaded.full_parameters();
     ASSERT_EQ(params.size(), reference.params.size());
     Trained as_loaded;
     as_loaded.params = params;
-    EXPECT_LE(max_relative_difference(as_loaded, reference), 1e-6);
+    EXPECT_LE(max_relative_difference(as_loaded, reference), 1e-6) << tag;
   }
-  const auto continued = run_in(deck, MPI_COMM_SELF, dir_for("ck_reshard_continued", MPI_COMM_SELF), file);
+  const auto continued = run_in(deck, MPI_COMM_SELF, dir_for(tag + "_continued", MPI_COMM_SELF), file);
   EXPECT_EQ(continued.result.first_step, 3);
-  EXPECT_LE(max_relative_difference(continued, uninterrupted), 1e-6);
+  EXPECT_LE(max_relative_difference(continued, uninterrupted), 1e-6) << tag;
+}
+
+// Written by dp = world with ZeRO-3 (and pp = 2 when the ranks allow).
+TEST(Checkpoint, ReshardsToAnotherLayout) {
+  auto deck = tiny_deck("mlp", "ck_reshard");
+  deck.model.hidden = "31,17";
+  deck.run.max_steps = 6;
+  auto writer = deck;
+  writer.parallel.zero = 3;
+  if (world_size() % 2 == 0 && world_size() >= 2) writer.parallel.pp = 2;
+  expect_one_rank_reads_back(deck, writer, "ck_reshard");
+}
+
+// Written by an interleaved pipeline (each rank's two chunks in one buffer) with ZeRO-1.
+TEST(Checkpoint, InterleavedReshardsToOneRank) {
+  if (world_size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  auto deck = tiny_deck("mlp", "ck_reshard_interleaved");
+  deck.model.hidden = "31,17,13";
+  deck.run.max_steps = 6;
+  auto writer = deck;
+  writer.parallel.pp = 2;
+  writer.parallel.zero = 1;
+  writer.parallel.schedule = "interleaved";
+  writer.parallel.virtual_stages = 2;
+  expect_one_rank_reads_back(deck, writer, "ck_reshard_interleaved");
 }
 
 TEST(Checkpoint, DamageIsDetectedAndAutoFallsBack) {
