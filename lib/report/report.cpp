@@ -119,6 +119,7 @@ void write_report_json(const std::string& path, const Summary& s) {
                      {"write_gb_per_s", rate_or_null(s.checkpoint_write_gb_per_s)},
                      {"read_gb_per_s", rate_or_null(s.checkpoint_read_gb_per_s)},
                      {"blocked_s", s.time.checkpoint}};
+  r["time_to_safe_stop_s"] = s.time_to_safe_stop_s ? json(*s.time_to_safe_stop_s) : json(nullptr);
 
   const std::string tmp = path + ".tmp";
   {
@@ -267,6 +268,7 @@ ReadReport read_report_json(const std::string& path) {
     if (const json* stages = f.find("pipeline/stages"); stages && stages->is_array())
       for (const json& st : *stages) s.stages.push_back(stage_from_json(st));
     f.read("checkpoint/saves", s.checkpoint_saves);
+    f.read("time_to_safe_stop_s", s.time_to_safe_stop_s);
   } catch (const json::exception& e) {
     throw BadInput(fmt::format("report: {}: a field has the wrong type ({})", path, e.what()));
   }

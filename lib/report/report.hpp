@@ -69,6 +69,8 @@ struct Summary {
   std::string resumed_from;                                   // "" when the run started fresh
   int64_t first_step = 0;                                     // the step it started from (resumed_from's)
   int64_t checkpoint_saves = 0;
+  // A stop's cost: one step (mean) + the last save, the slowest rank's (train/safe_stop.hpp).
+  std::optional<double> time_to_safe_stop_s;
   int64_t gathers = 0, gathers_prefetched = 0;  // ZeRO-3's layer gathers (rank 0)
   double checkpoint_write_gb_per_s = 0, checkpoint_read_gb_per_s = 0;
 };

@@ -139,6 +139,7 @@ void save_checkpoint(Trainer::State& s, int64_t step) {
                                             s.conn.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
   const double seconds = watch.seconds();
   s.times.checkpoint += seconds;
+  s.last_save_s = seconds;
   ++s.saves;
   s.bytes_written += sum_over_ranks(s, 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(state_names.size()))));
   log::info("checkpoint {} written in {:.2f} s", path, seconds);

@@ -32,6 +32,7 @@
 #include "report/report.hpp"
 #include "train/run_folder.hpp"
 #include "train/run_summary.hpp"
+#include "train/safe_stop.hpp"
 #include "train/step.hpp"
 #include "train/step_profiler.hpp"
 #include "train/trainer_state.hpp"
@@ -307,7 +308,23 @@ struct RunTotals {
   double train_seconds = 0;  // in training steps, this rank
   int64_t epoch_steps = 0;
   Stopwatch since_save;
+  double step_seconds = 0;  // in train_step alone, this run
+  int64_t steps_trained = 0;
+  bool signal_lead_checked = false;
+  SafeStop safe_stop() const {
+    return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, 0.0};
+  }
 };
+
+// After the first save: does the job's signal (TRIDENT_SIGNAL_LEAD_S) leave time for a step and
+// a save? Rank 0 warns once.
+void check_signal_lead(const Trainer::State& s, RunTotals& run) {
+  if (run.signal_lead_checked) return;
+  run.signal_lead_checked = true;
+  SafeStop stop = run.safe_stop();
+  stop.save_s = s.last_save_s;
+  if (const std::string warning = signal_lead_warning(signal_lead_seconds(), stop); !warning.empty()) log::warn("{}", warning);
+}
 
 // Steps [first, end) of epoch `epoch`: each trained, then the boundary's agreed log, save or stop.
 void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, RunTotals& run) {
@@ -318,7 +335,10 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
   run.epoch_steps = 0;
   for (int64_t step = first; step < end; ++step) {
     run.profiler.before_step(step);
+    Stopwatch step_watch;
     train_step(s, step, loader.get(), run.tally);
+    run.step_seconds += step_watch.seconds();
+    ++run.steps_trained;
     run.profiler.after_step(step);
     ++run.epoch_steps;
     run.progress.step_done();
@@ -331,6 +351,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     if (due.save) {
       save_checkpoint(s, step + 1);
       run.since_save.reset();
+      check_signal_lead(s, run);
     }
     if (due.stop) {
       run.progress.close();
@@ -358,6 +379,7 @@ void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
 // The end of the run: the trained model saved, the rest of `result`, report.json (rank 0).
 void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
   if (s.restored.start_step < s.stage.total_steps || s.saves == 0) save_checkpoint(s, s.stage.total_steps);
+  check_signal_lead(s, run);  // for the next job of a chain, when no save came earlier
   run.progress.close();
   result.steps = s.stage.total_steps;
   result.train_loss = replica_mean(s, run.tally.epoch_loss_sum / std::max<int64_t>(1, run.epoch_steps));
@@ -369,6 +391,10 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
   s.times.comm_exposed = s.stage.grad_sync->exposed_comm_seconds();
   s.times.total = wall.seconds();
   report::Summary summary = summarize_run(s, result, train_seconds);
+  // What a stop takes: the slowest rank's mean step and last save.
+  SafeStop stop = run.safe_stop();
+  stop.save_s = s.last_save_s;
+  summary.time_to_safe_stop_s = max_over_ranks(s, stop.needed_s());
   s.watchdog->stop();
   summary.watchdog_timeout_s = s.watchdog->enabled() ? s.deck.run.fail_timeout_s : 0.0;
   summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());

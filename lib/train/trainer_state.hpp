@@ -83,6 +83,7 @@ struct Trainer::State {
   report::PhaseTimes times;
   int64_t saves = 0;
   double bytes_written = 0;
+  double last_save_s = 0;  // this rank's last save, write to commit
   std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
 };
 

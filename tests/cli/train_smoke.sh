@@ -18,11 +18,21 @@ grep -Eq "step 12/12 \| loss [0-9.]+ \| lr .* samples/s \| ETA" <<<"$out" || fai
 report=runs/smoke/report.json
 [ -f "$report" ] || fail "no $report"
 for field in '"world": '"$np" '"dp": '"$np" '"steps": 12' '"test_accuracy"' '"samples_per_s"' \
-             '"comm_exposed"' '"peak_bytes"' '"global_batch": 64' '"torch_version"' '"nodes": 1'; do
-  grep -q -- "$field" "$report" || fail "report.json lacks $field"
+             '"comm_exposed"' '"peak_bytes"' '"global_batch": 64' '"torch_version"' '"nodes": 1' \
+             '"time_to_safe_stop_s": [0-9]'; do
+  grep -Eq -- "$field" "$report" || fail "report.json lacks $field"
 done
 [ "$(wc -l < runs/smoke/metrics.jsonl)" = 3 ] || fail "metrics.jsonl should have 3 records (steps 4, 8, 12)"
 grep -q '"step":12' runs/smoke/metrics.jsonl || fail "metrics.jsonl lacks step 12"
+
+# A job whose signal (--signal=B:USR1@N, passed as TRIDENT_SIGNAL_LEAD_S) comes too late for a
+# step and a save: rank 0 says so once, naming the lead to ask for.
+late=$(TRIDENT_SIGNAL_LEAD_S=0.000001 "$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 \
+       --set run.name=smoke_lead --set run.max_steps=8 --set checkpoint.every_steps=2 --set optim.global_batch=64 \
+       --set optim.micro_batch=16 2>&1) || fail "the run with a short signal lead failed: $late"
+[ "$(grep -c "the job's signal comes 1e-06 s before its end" <<<"$late")" = 1 ] ||
+  fail "expected one signal-lead warning: $late"
+grep -Eq "Ask for at least --signal=B:USR1@[0-9]+" <<<"$late" || fail "the warning does not name the lead needed"
 
 # A requeued job whose run had already finished: exit 0, and report.json, metrics.jsonl and the
 # checkpoints stay exactly as the finished run left them.

@@ -223,6 +223,7 @@ TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
   w.stages = {{0, 2, 1.5, 0.25, 0.3, 1024, 100, {{"F", 0, 0, 0.0, 0.001}, {"Bi", 0, 1, 0.002, 0.0025}}},
               {1, 1, 1.75, 0.125, 0.2, 2048, 200, {{"W", 3, 0, 0.004, 0.005}}}};
   w.checkpoint_saves = 5;
+  w.time_to_safe_stop_s = 1.25;
   const std::string file = (dir_ / "report.json").string();
   write_report_json(file, w);
   const ReadReport read = read_report_json(file);
@@ -276,6 +277,7 @@ TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
   EXPECT_EQ(r.device_total_bytes, 18);
   EXPECT_EQ(r.bubble_fraction, 0.3);
   EXPECT_EQ(r.expected_bubble_fraction, 0.2);
+  EXPECT_EQ(r.time_to_safe_stop_s, std::optional<double>(1.25));
   ASSERT_EQ(r.stages.size(), 2u);
   for (size_t s = 0; s < 2; ++s) {
     const StageReport &a = r.stages[s], &b = w.stages[s];

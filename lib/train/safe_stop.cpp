@@ -1,0 +1,30 @@
+#include "train/safe_stop.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace trident::train {
+
+double signal_lead_seconds() {
+  const char* text = std::getenv("TRIDENT_SIGNAL_LEAD_S");
+  if (!text || !*text) return 0;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  return end && *end == '\0' && std::isfinite(seconds) && seconds > 0 ? seconds : 0;
+}
+
+std::string signal_lead_warning(double lead_s, const SafeStop& stop) {
+  if (!(lead_s > 0) || lead_s >= stop.needed_s()) return "";
+  const double asked = std::ceil(1.5 * stop.needed_s());
+  // snprintf, not fmt: this file builds without LibTorch (whose fmt the CUDA flavour uses) for its test.
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "the job's signal comes %g s before its end (TRIDENT_SIGNAL_LEAD_S, the job script's "
+                "--signal=B:USR1@%g), but finishing a step and saving takes %.2f s here (step %.2f s + save %.2f s): a "
+                "stop at the time limit would be killed mid-save. Ask for at least --signal=B:USR1@%g",
+                lead_s, lead_s, stop.needed_s(), stop.step_s, stop.save_s, asked);
+  return text;
+}
+
+}  // namespace trident::train

@@ -1,0 +1,24 @@
+#pragma once
+// Whether a job's signal comes early enough. A Slurm job script asks for SIGUSR1 N seconds
+// before its time limit (--signal=B:USR1@N, jobs/*.slurm); trident then finishes the step in
+// flight and saves (exit 3). If one step plus a save take longer than N, the job is killed
+// mid-save and the work since the previous checkpoint is lost. The job script passes its N as
+// TRIDENT_SIGNAL_LEAD_S; rank 0 compares it with what it measured and warns once.
+#include <string>
+
+namespace trident::train {
+
+struct SafeStop {
+  double step_s = 0;  // one training step, mean over this run's steps
+  double save_s = 0;  // the last checkpoint's save
+  double needed_s() const { return step_s + save_s; }
+};
+
+// TRIDENT_SIGNAL_LEAD_S in seconds; 0 when unset, empty or not a positive number.
+double signal_lead_seconds();
+
+// The warning for a lead of `lead_s` seconds, naming the lead needed (with a 1.5x margin for
+// slower steps and saves); "" when the lead suffices or is unknown (0).
+std::string signal_lead_warning(double lead_s, const SafeStop& stop);
+
+}  // namespace trident::train

@@ -1,0 +1,30 @@
+// A job's signal lead (TRIDENT_SIGNAL_LEAD_S, the job script's --signal=B:USR1@N) against what a
+// stop takes here (a step and a save): warned when too short, with the lead to ask for.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "train/safe_stop.hpp"
+
+using namespace trident::train;
+
+TEST(SafeStop, WarnsWhenTheSignalComesTooLateAndNamesTheLeadNeeded) {
+  const SafeStop stop{30.0, 90.0};  // a 30 s step and a 90 s save: 120 s
+  EXPECT_EQ(signal_lead_warning(120.0, stop), "");
+  EXPECT_EQ(signal_lead_warning(0.0, stop), "");  // unknown: no warning
+  const std::string warning = signal_lead_warning(60.0, stop);
+  EXPECT_NE(warning.find("60 s before its end"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("takes 120.00 s here (step 30.00 s + save 90.00 s)"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("at least --signal=B:USR1@180"), std::string::npos) << warning;  // 1.5 x 120
+}
+
+TEST(SafeStop, LeadFromTheEnvironment) {
+  setenv("TRIDENT_SIGNAL_LEAD_S", "120", 1);
+  EXPECT_EQ(signal_lead_seconds(), 120.0);
+  for (const char* bad : {"", "abc", "-5", "12s", "nan"}) {
+    setenv("TRIDENT_SIGNAL_LEAD_S", bad, 1);
+    EXPECT_EQ(signal_lead_seconds(), 0.0) << bad;
+  }
+  unsetenv("TRIDENT_SIGNAL_LEAD_S");
+  EXPECT_EQ(signal_lead_seconds(), 0.0);
+}
