@@ -171,7 +171,9 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
     errors.push_back(fmt::format("{}: unknown key '{}' (trident train --help-deck lists every key)",
                                  where(source, text, name), name));
   } catch (const po::invalid_config_file_syntax& e) {
-    errors.push_back(fmt::format("{}: syntax error: {}", source, e.what()));
+    // Not e.what(): Boost substitutes the line into its template by repeated search and replace,
+    // which never ends when the line itself contains "%invalid_line%" (found by fuzzing).
+    errors.push_back(fmt::format("{}: syntax error: the deck contains an invalid line '{}'", source, e.tokens()));
   } catch (const po::multiple_occurrences& e) {
     errors.push_back(fmt::format("{}: key '{}' is given more than once", source, e.get_option_name()));
   } catch (const po::error& e) {
