@@ -153,9 +153,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         inputs[i] = at::Tensor();
         break;
     }
-    const bool compute = op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput ||
-                         op.kind == OpKind::BackwardWeight;
-    if (compute && pp_ > 1 && !device_.is_cuda())
+    if (is_compute(op.kind) && pp_ > 1 && !device_.is_cuda())
       timeline.push_back({static_cast<int>(op.kind), op.micro, op.chunk, op_start, step.seconds()});
   }
   stats_.last_step = std::move(timeline);

@@ -60,11 +60,11 @@ std::vector<std::vector<ScheduleOp>> zero_bubble_h1_all(const PipelineShape& sha
   }
 }
 
+}  // namespace
+
 bool is_compute(OpKind k) {
   return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::BackwardInput || k == OpKind::BackwardWeight;
 }
-
-}  // namespace
 
 const std::vector<std::string>& schedule_names() {
   static const std::vector<std::string> names{"gpipe", "1f1b", "interleaved", "zb-h1"};

@@ -75,5 +75,6 @@ double schedule_formula(const std::string& name, const PipelineShape& shape);
 
 std::string to_string(const ScheduleOp& op);
 std::string op_name(OpKind kind);  // F, B, Bi, W, recv_act, ...
+bool is_compute(OpKind kind);      // F, B, Bi or W: not a send or a receive
 
 }  // namespace trident::parallel

@@ -63,6 +63,22 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
+// Round axis steps (1, 2, 5 x 10^k) with at most 8 ticks up to `top`.
+double nice_step(double top) {
+  double step = std::pow(10.0, std::floor(std::log10(top / 8)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (top / (m * step) <= 8) return m * step;
+  return 10 * step;
+}
+
+// A pipelined run whose report holds a timeline (CPU runs) gets a timeline picture.
+bool has_timeline(const StudyRun& run) {
+  if (run.pp < 2) return false;
+  for (const auto& st : run.stages)
+    if (!st.timeline.empty()) return true;
+  return false;
+}
+
 std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -263,7 +279,7 @@ std::string study_markdown(const Study& study) {
     md << "| stage | compute (s) | blocked (s) | bubble |\n|---:|---:|---:|---:|\n";
     for (const auto& st : r.stages)
       md << fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} |\n", st.stage, st.compute_s, st.blocked_s, st.bubble_fraction);
-    if (!timeline_svg(r).empty()) md << fmt::format("\n![the last step on each stage]({})\n", timeline_file(study, r));
+    if (has_timeline(r)) md << fmt::format("\n![the last step on each stage]({})\n", timeline_file(study, r));
   }
   return md.str();
 }
@@ -308,13 +324,6 @@ std::string study_svg(const Study& study) {
   }
   const double lo = std::log2(*ranks.begin()), hi = std::max(std::log2(*ranks.rbegin()), lo + 1);
   auto x_of = [&](double panel_x, int n) { return panel_x + 20 + (std::log2(n) - lo) / (hi - lo) * (panel_w - 40); };
-  // Round axis steps (1, 2, 5 x 10^k) with at most 8 ticks; the axis ends on a tick.
-  auto nice_step = [](double top) {
-    double step = std::pow(10.0, std::floor(std::log10(top / 8)));
-    for (double m : {1.0, 2.0, 5.0, 10.0})
-      if (top / (m * step) <= 8) return m * step;
-    return 10 * step;
-  };
   const double speedup_step = nice_step(max_speedup * 1.05), eff_step = nice_step(std::max(1.1, max_eff * 1.05));
   const double y_top_speedup = std::ceil(max_speedup * 1.05 / speedup_step) * speedup_step;
   const double y_top_eff = std::ceil(std::max(1.1, max_eff * 1.05) / eff_step) * eff_step;
@@ -450,13 +459,7 @@ std::string timeline_svg(const StudyRun& run) {
   }
   // Time axis in ms, and the legend.
   const double axis_y = top + static_cast<double>(run.stages.size()) * (row + gap) + 4;
-  const double step_ms = [&] {
-    const double ms = 1e3 * end;
-    double step = std::pow(10.0, std::floor(std::log10(ms / 8)));
-    for (double m : {1.0, 2.0, 5.0, 10.0})
-      if (ms / (m * step) <= 8) return m * step;
-    return 10 * step;
-  }();
+  const double step_ms = nice_step(1e3 * end);
   for (double t = 0; t <= 1e3 * end + 1e-9; t += step_ms)
     svg << fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#888\"/><text x=\"{0:.1f}\" "
                        "y=\"{3:.1f}\" text-anchor=\"middle\">{4:g}</text>\n",
@@ -493,7 +496,7 @@ std::vector<std::string> write_study(const Study& study, const std::string& out_
   put("report.csv", study_csv(study));
   put("report.svg", study_svg(study));
   for (const auto& run : study.runs)
-    if (const std::string svg = run.pp > 1 ? timeline_svg(run) : ""; !svg.empty()) put(timeline_file(study, run), svg);
+    if (has_timeline(run)) put(timeline_file(study, run), timeline_svg(run));
   return written;
 }
 
