@@ -19,6 +19,7 @@
 #include "config/deck.hpp"
 #include "core/error.hpp"
 #include "data/prepare.hpp"
+#include "report/goodput.hpp"
 #include "report/study.hpp"
 #include "train/plan_text.hpp"
 #include "train/trainer.hpp"
@@ -115,6 +116,7 @@ void print_usage() {
       "  trident inspect FILE.h5                     a dataset or a checkpoint (checksums verified)\n"
       "  trident plan DECK --world N [--set ...]     no training: layout and model-state memory per rank\n"
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
+      "  trident report --goodput RUN_DIR [--out DIR]  where a run's job chain spent its time (goodput.md, .svg)\n"
       "  trident --version | --help\n\n"
       "exit codes: 0 success, 2 bad input (deck, dataset, layout, checkpoint; one message), 3 stopped by\n"
       "SIGUSR1/SIGTERM after a checkpoint was committed (requeue me), 4 training diverged (NaN/Inf gradient),\n"
@@ -280,10 +282,13 @@ int plan_command(int argc, char** argv) {
 }
 
 int report_command(int argc, char** argv) {
-  po::options_description options("trident report STUDY_DIR... --out DIR");
+  po::options_description options("trident report STUDY_DIR... --out DIR | trident report --goodput RUN_DIR [--out DIR]");
   options.add_options()("help,h", "this help")(
       "dirs", po::value<std::vector<std::string>>(), "folders searched (recursively) for report.json files")(
-      "out", po::value<std::string>(), "where report.md, report.csv and report.svg are written")(
+      "out", po::value<std::string>(),
+      "where report.md, report.csv and report.svg are written (--goodput: goodput.md and goodput.svg; default RUN_DIR)")(
+      "goodput", po::value<std::string>(),
+      "a run folder: account for the wall time of every process lifetime of its job chain (its goodput.jsonl)")(
       "kind", po::value<std::string>()->default_value(""),
       "strong (fixed global batch) | weak (fixed batch per rank); default: inferred from the batches");
   po::positional_options_description positional;
@@ -292,6 +297,15 @@ int report_command(int argc, char** argv) {
     const auto vm = parse(argc, argv, options, positional);
     if (vm.count("help")) {
       std::cout << options << "\n";
+      return 0;
+    }
+    if (vm.count("goodput")) {
+      const std::string run_dir = vm["goodput"].as<std::string>();
+      if (vm.count("dirs")) throw BadInput("report: --goodput takes one run folder and no study folders");
+      const auto account = report::load_goodput(run_dir);
+      std::cout << report::goodput_markdown(account, run_dir);
+      for (const auto& path : report::write_goodput(account, run_dir, vm.count("out") ? vm["out"].as<std::string>() : run_dir))
+        std::printf("report: wrote %s\n", path.c_str());
       return 0;
     }
     if (!vm.count("dirs") || !vm.count("out")) throw BadInput("report: give a study folder and --out DIR");

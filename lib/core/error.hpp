@@ -1,6 +1,7 @@
 #pragma once
 // Errors, the two ways a run ends badly (LAMMPS' error->all / error->one), and check macros
 // that say who and where: rank, host, file:line and the library's own message.
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -44,6 +45,22 @@ class AgreedFault : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The exit code the executable ends with when `error` escapes a subcommand (app/commands.cpp):
+// what a run records as its exit before the exception leaves it.
+inline int exit_code_for(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const BadInput&) {
+    return kExitBadInput;
+  } catch (const StoppedBySignal&) {
+    return kExitStoppedBySignal;
+  } catch (const Diverged&) {
+    return kExitDiverged;
+  } catch (...) {
+    return kExitFault;
+  }
+}
+
 [[noreturn]] void fatal_all(const std::string& message);
 [[noreturn]] void fatal_one(const std::string& message);
 
@@ -55,6 +72,7 @@ void set_identity(int rank, const std::string& host);
 [[noreturn]] void fail_hdf5(const char* call, const char* file, int line);
 // HDF5's error stack as one line (innermost first), then cleared.
 std::string hdf5_error_text();
+
 
 }  // namespace trident
 

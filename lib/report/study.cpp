@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "report/report.hpp"
+#include "report/text_output.hpp"
 
 namespace trident::report {
 
@@ -56,44 +57,12 @@ std::string kind_rule(const std::string& kind) {
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
-// Round axis steps (1, 2, 5 x 10^k) with at most 8 ticks up to `top`.
-double nice_step(double top) {
-  double step = std::pow(10.0, std::floor(std::log10(top / 8)));
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (top / (m * step) <= 8) return m * step;
-  return 10 * step;
-}
-
 // A pipelined run whose report holds a timeline (CPU runs) gets a timeline picture.
 bool has_timeline(const StudyRun& run) {
   if (run.pp < 2) return false;
   for (const auto& st : run.stages)
     if (!st.timeline.empty()) return true;
   return false;
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -478,26 +447,11 @@ std::string timeline_svg(const StudyRun& run) {
 }
 
 std::vector<std::string> write_study(const Study& study, const std::string& out_dir) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, ec.message()));
-  std::vector<std::string> written;
-  auto put = [&](const std::string& name, const std::string& text) {
-    const std::string path = (fs::path(out_dir) / name).string(), tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << text;
-      if (!out) throw BadInput(fmt::format("report: cannot write {}", tmp));
-    }
-    fs::rename(tmp, path);
-    written.push_back(path);
-  };
-  put("report.md", study_markdown(study));
-  put("report.csv", study_csv(study));
-  put("report.svg", study_svg(study));
+  std::vector<std::pair<std::string, std::string>> files{
+      {"report.md", study_markdown(study)}, {"report.csv", study_csv(study)}, {"report.svg", study_svg(study)}};
   for (const auto& run : study.runs)
-    if (has_timeline(run)) put(timeline_file(study, run), timeline_svg(run));
-  return written;
+    if (has_timeline(run)) files.emplace_back(timeline_file(study, run), timeline_svg(run));
+  return write_text_files(out_dir, files);
 }
 
 }  // namespace trident::report

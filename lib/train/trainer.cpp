@@ -310,9 +310,30 @@ struct RunTotals {
   Stopwatch since_save;
   double step_seconds = 0;  // in train_step alone, this run
   int64_t steps_trained = 0;
+  int64_t steps_done = 0;  // the step the run has reached
   bool signal_lead_checked = false;
   SafeStop safe_stop() const {
     return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, 0.0};
+  }
+};
+
+// This lifetime's figures so far, for goodput.jsonl (rank 0's own). `loader`: the epoch's, whose
+// waits are not yet in s.times.
+GoodputProgress goodput_progress(const Trainer::State& s, const RunTotals& run, const data::Prefetcher* loader = nullptr) {
+  return {run.steps_done, run.step_seconds, s.times.data_wait + (loader ? loader->wait_seconds() : 0.0), s.times.evaluation,
+          s.times.checkpoint};
+}
+
+void update_goodput(const Trainer::State& s, const RunTotals& run, const data::Prefetcher* loader = nullptr) {
+  if (s.goodput) s.goodput->update(goodput_progress(s, run, loader));
+}
+
+// An epoch's data waits join the run's as its loader goes, however the epoch ends.
+struct DataWaitTally {
+  const data::Prefetcher* loader;
+  double& total;
+  ~DataWaitTally() {
+    if (loader) total += loader->wait_seconds();
   }
 };
 
@@ -329,7 +350,9 @@ void check_signal_lead(const Trainer::State& s, RunTotals& run) {
 // Steps [first, end) of epoch `epoch`: each trained, then the boundary's agreed log, save or stop.
 void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, RunTotals& run) {
   const auto loader = open_train_loader(s, first, end);
+  const DataWaitTally waits{loader.get(), s.times.data_wait};
   Stopwatch epoch_watch;
+  if (s.goodput) s.goodput->first_step_starts();
   run.tally.epoch_loss_sum = 0;
   if (s.device_step) s.device_step->reset_loss_sum();
   run.epoch_steps = 0;
@@ -339,6 +362,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     train_step(s, step, loader.get(), run.tally);
     run.step_seconds += step_watch.seconds();
     ++run.steps_trained;
+    run.steps_done = step + 1;
     run.profiler.after_step(step);
     ++run.epoch_steps;
     run.progress.step_done();
@@ -353,6 +377,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
       run.since_save.reset();
       check_signal_lead(s, run);
     }
+    if (due.log || due.save) update_goodput(s, run, loader.get());
     if (due.stop) {
       run.progress.close();
       s.watchdog->stop();
@@ -360,7 +385,6 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
                                         checkpoint_dir(s.deck)));
     }
   }
-  if (loader) s.times.data_wait += loader->wait_seconds();
   run.train_seconds += epoch_watch.seconds();
 }
 
@@ -374,6 +398,7 @@ void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
             replica_mean(s, run.tally.epoch_loss_sum / std::max<int64_t>(1, run.epoch_steps)), run.last_eval.loss,
             100.0 * run.last_eval.accuracy);
   run.progress.restart_window();
+  update_goodput(s, run);
 }
 
 // The end of the run: the trained model saved, the rest of `result`, report.json (rank 0).
@@ -408,25 +433,37 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
 
 // The run: train each epoch's steps, evaluate after each epoch, finish with the saved model and
 // report.json. A resumed run starts inside the epoch of its checkpoint's step.
+// Every lifetime of a run leaves its goodput record (rank 0), with the exit code it ends with.
 Result Trainer::run() {
   auto& s = *s_;
   Stopwatch wall;
   log_layout(s);
-  if (s.restored.start_step >= s.stage.total_steps) return already_trained(s);
+  if (s.conn.world.rank == 0) s.goodput = std::make_unique<GoodputLog>(s.deck.run.output_dir, s.restored.start_step);
   Result result;
   result.first_step = s.restored.start_step;
   result.resumed_from = s.restored.resumed_from;
   RunTotals run(s, result);
-  const int64_t per_epoch = s.stage.sampler->steps_per_epoch();
-  const int64_t first_epoch = s.stage.sampler->epoch_of(std::min(s.restored.start_step, s.stage.total_steps - 1));
-  for (int64_t epoch = first_epoch; epoch < s.stage.epochs; ++epoch) {
-    const int64_t first = std::max(epoch * per_epoch, s.restored.start_step);
-    const int64_t end = std::min(s.stage.total_steps, (epoch + 1) * per_epoch);
-    if (first >= end) continue;
-    train_epoch(s, epoch, first, end, run);
-    evaluate_epoch(s, epoch, run);
+  run.steps_done = s.restored.start_step;
+  try {
+    if (s.restored.start_step >= s.stage.total_steps) {
+      result = already_trained(s);
+    } else {
+      const int64_t per_epoch = s.stage.sampler->steps_per_epoch();
+      const int64_t first_epoch = s.stage.sampler->epoch_of(std::min(s.restored.start_step, s.stage.total_steps - 1));
+      for (int64_t epoch = first_epoch; epoch < s.stage.epochs; ++epoch) {
+        const int64_t first = std::max(epoch * per_epoch, s.restored.start_step);
+        const int64_t end = std::min(s.stage.total_steps, (epoch + 1) * per_epoch);
+        if (first >= end) continue;
+        train_epoch(s, epoch, first, end, run);
+        evaluate_epoch(s, epoch, run);
+      }
+      finish_run(s, run, result, wall);
+    }
+  } catch (...) {
+    if (s.goodput) s.goodput->close(exit_code_for(std::current_exception()), goodput_progress(s, run));
+    throw;
   }
-  finish_run(s, run, result, wall);
+  if (s.goodput) s.goodput->close(kExitOk, goodput_progress(s, run));
   return result;
 }
 

@@ -27,6 +27,7 @@
 #include "parallel/plan.hpp"
 #include "parallel/topology.hpp"
 #include "report/report.hpp"
+#include "train/goodput_log.hpp"
 #include "train/run_folder.hpp"
 #include "train/trainer.hpp"
 
@@ -84,6 +85,7 @@ struct Trainer::State {
   int64_t saves = 0;
   double bytes_written = 0;
   double last_save_s = 0;  // this rank's last save, write to commit
+  std::unique_ptr<GoodputLog> goodput;  // rank 0: this process's record in goodput.jsonl
   std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
 };
 

@@ -107,3 +107,31 @@ json_int() {  # FILE KEY: the first integer value of "KEY" in a JSON file (repor
 final_loss() {  # metrics.jsonl STEP: the full-precision loss logged at STEP
   grep "\"step\":$2[,}]" "$1" | tail -1 | grep -o '"loss":[0-9.e+-]*' | sed 's/"loss"://'
 }
+
+# check_goodput RUN_DIR EXPECTATIONS: `trident report --goodput RUN_DIR` run as a user would; its
+# goodput % and wall time are checked against the records of goodput.jsonl summed here, and
+# EXPECTATIONS (a Python expression over `recs`, the records in order, that must hold) against
+# what the test saw happen. Prints the records and the report's summary line.
+check_goodput() {
+  local run=$1 expect=$2 out=$work/goodput-$(basename "$1")
+  "$trident" report --goodput "$run" --out "$out" >"$out.txt" 2>&1 || { cat "$out.txt"; fail "trident report --goodput $run failed"; }
+  [ -s "$out/goodput.md" ] && grep -q "</svg>" "$out/goodput.svg" || fail "report --goodput wrote no goodput.md / goodput.svg in $out"
+  python3 - "$run/goodput.jsonl" "$out.txt" "$expect" <<'PY' || fail "goodput of $run does not add up (records above)"
+import json, re, sys
+recs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+for r in recs:
+    print("    " + json.dumps({k: r[k] for k in ("job", "exit_code", "first_step", "last_step", "resumed_from_step",
+                                                  "work_lost_steps", "work_lost_s", "step_s", "data_wait_s")}))
+wall = sum(r["end"] - r["start"] for r in recs)
+productive = sum(r["step_s"] - r["data_wait_s"] for r in recs) - sum(r["work_lost_s"] for r in recs)
+text = open(sys.argv[2]).read()
+m = re.search(r"\*\*([0-9.]+)%\*\* of ([0-9.]+) s wall time over (\d+) process", text)
+print("    report: " + (m.group(0) if m else "no summary line"))
+assert m, "no summary line in the report"
+assert abs(float(m.group(1)) - 100 * productive / wall) <= 0.051, f"goodput {m.group(1)}% vs {100 * productive / wall:.3f}% by hand"
+assert abs(float(m.group(2)) - wall) <= 0.051, f"wall {m.group(2)} vs {wall:.3f} by hand"
+assert int(m.group(3)) == len(recs)
+assert 0 < productive < wall
+assert eval(sys.argv[3]), "expected: " + sys.argv[3]
+PY
+}

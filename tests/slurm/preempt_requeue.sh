@@ -32,4 +32,11 @@ grep -E "SIGUSR1 received|stopped by a signal|exited with|requeueing|restart 1\)
 a=$(final_loss "$work/ref/metrics.jsonl" $steps) b=$(final_loss "$work/pre/metrics.jsonl" $steps)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "final loss $b after preemption and requeue, $a uninterrupted"
 echo "final loss $a both ways, after $(elapsed)"
+
+# Goodput of the chain: the stopped lifetime (exit 3 at the step it saved) and the requeued one
+# (the same job id, +1), which resumed at that step and lost nothing.
+stop=$(grep -o "stopped by a signal after step [0-9]*" "$out" | grep -o "[0-9]*$")
+check_goodput "$work/pre" "len(recs) == 2 and [r['exit_code'] for r in recs] == [3, 0] and recs[0]['job'] == '$id' \
+  and recs[1]['job'] == '$id+1' and recs[0]['last_step'] == $stop and recs[1]['resumed_from_step'] == $stop \
+  and recs[1]['work_lost_steps'] == 0 and recs[1]['last_step'] == $steps"
 echo PASS

@@ -1,0 +1,76 @@
+#pragma once
+// Goodput: where a run's allocation time went, over every process lifetime of a job chain
+// (requeues, restarts, SIGKILLs). Each lifetime of `trident train` in a run folder appends one
+// record to <output_dir>/goodput.jsonl (train/goodput_log.hpp writes them); `trident report
+// --goodput RUN_DIR` sums them: goodput % = productive step time / wall time of the lifetimes,
+// and where the rest went, as a table (goodput.md) and a picture (goodput.svg).
+//
+// Productive step time is the time rank 0 spent in training steps, less the data waits inside
+// them, less the work lost: the steps a lifetime trained after the checkpoint that the next one
+// resumed from, which had to be trained again (counted when the next lifetime resumes, at the
+// mean step time of the lifetime that lost them). Wall time is each process's life, start-up to
+// exit; the time a job spent queued, or its script spent before starting trident, is not in it.
+// No LibTorch, no MPI here.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trident::report {
+
+// One process lifetime of a run, as goodput.jsonl holds it (seconds; times are Unix seconds).
+struct Lifetime {
+  std::string job;   // SLURM_JOB_ID (with "+N" for its Nth requeue) or "pid P"
+  std::string host;  // rank 0's host
+  double start = 0, end = 0;
+  // The process's exit code; empty when it ended without saying (SIGKILL, MPI_Abort from
+  // another rank, a lost node): the next lifetime closes its record at the last update it wrote.
+  std::optional<int> exit_code;
+  int64_t first_step = 0, last_step = 0;  // steps trained: (first_step, last_step]
+  double startup_s = 0;     // process start to the first step (MPI, data, checkpoint read)
+  double step_s = 0;        // in training steps (rank 0), data waits included
+  double data_wait_s = 0;   // the steps' waits for input data
+  double evaluation_s = 0;  // test-split evaluations
+  double checkpoint_s = 0;  // saves, as long as they blocked training
+  // Set when this lifetime resumed: the step it resumed from, and the steps (and their time)
+  // that the previous lifetime trained beyond it.
+  std::optional<int64_t> resumed_from_step;
+  int64_t work_lost_steps = 0;
+  double work_lost_s = 0;
+
+  double wall_s() const { return end - start; }
+  int64_t steps_trained() const { return last_step - first_step; }
+  double mean_step_s() const { return steps_trained() > 0 ? step_s / static_cast<double>(steps_trained()) : 0.0; }
+};
+
+std::string lifetime_json(const Lifetime& life);  // one line, no newline
+// `where` names the file and line in the BadInput thrown for a malformed record.
+Lifetime parse_lifetime(const std::string& line, const std::string& where);
+// Every record of a goodput.jsonl, in order; BadInput naming the file (and line) when it is
+// missing or malformed.
+std::vector<Lifetime> read_goodput(const std::string& path);
+
+// The chain's account, in seconds over all its lifetimes; the parts add up to wall_s.
+struct GoodputAccount {
+  std::vector<Lifetime> lifetimes;
+  double wall_s = 0;
+  double productive_s = 0;  // step time - data waits - work lost
+  double work_lost_s = 0, startup_s = 0, data_wait_s = 0, evaluation_s = 0, checkpoint_s = 0;
+  double other_s = 0;  // the rest: step boundaries, logging, shutdown, the unknown end of a killed process
+  int64_t steps_trained = 0, work_lost_steps = 0;
+  // Per lifetime, the work it lost (what the next one found on resuming; a record holds the
+  // loss it found, which belongs to the lifetime before it).
+  std::vector<int64_t> lost_steps_of;
+  std::vector<double> lost_s_of;
+  double goodput() const { return wall_s > 0 ? productive_s / wall_s : 0.0; }
+};
+GoodputAccount account_goodput(std::vector<Lifetime> lifetimes);
+// <run_dir>/goodput.jsonl read and summed.
+GoodputAccount load_goodput(const std::string& run_dir);
+
+std::string goodput_markdown(const GoodputAccount& account, const std::string& run_dir);
+std::string goodput_svg(const GoodputAccount& account, const std::string& run_dir);
+// goodput.md and goodput.svg into out_dir (created); returns their paths.
+std::vector<std::string> write_goodput(const GoodputAccount& account, const std::string& run_dir, const std::string& out_dir);
+
+}  // namespace trident::report

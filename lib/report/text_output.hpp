@@ -1,0 +1,73 @@
+#pragma once
+// What the `trident report` writers share (study.cpp, goodput.cpp, sweep.cpp): XML escaping for
+// SVG, CSV quoting, round axis steps, and writing the files out.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace trident::report {
+
+inline std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
+  }
+  return out;
+}
+
+inline std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+// Round axis steps (1, 2, 5 x 10^k) with at most 8 ticks up to `top`.
+inline double nice_step(double top) {
+  double step = std::pow(10.0, std::floor(std::log10(top / 8)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (top / (m * step) <= 8) return m * step;
+  return 10 * step;
+}
+
+// Writes each (file name, text) into out_dir (created), each through a temporary file and a
+// rename, so a reader never sees half a file; returns the paths. BadInput naming what cannot be
+// written.
+inline std::vector<std::string> write_text_files(const std::string& out_dir,
+                                                 const std::vector<std::pair<std::string, std::string>>& files) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, ec.message()));
+  std::vector<std::string> written;
+  for (const auto& [name, text] : files) {
+    const std::string path = (fs::path(out_dir) / name).string(), tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << text;
+      if (!out) throw BadInput(fmt::format("report: cannot write {}", tmp));
+    }
+    fs::rename(tmp, path, ec);
+    if (ec) throw BadInput(fmt::format("report: cannot write {}: {}", path, ec.message()));
+    written.push_back(path);
+  }
+  return written;
+}
+
+}  // namespace trident::report

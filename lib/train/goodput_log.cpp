@@ -1,0 +1,139 @@
+#include "train/goodput_log.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace trident::train {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+const double g_process_start = unix_now();
+
+std::string job_name() {
+  if (const char* id = std::getenv("SLURM_JOB_ID"); id && *id) {
+    std::string job = id;
+    if (const char* restarts = std::getenv("SLURM_RESTART_COUNT"); restarts && std::atoi(restarts) > 0)
+      job += "+" + std::string(restarts);  // the Nth requeue of the same job id
+    return job;
+  }
+  return "pid " + std::to_string(getpid());
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+bool append_line(const std::string& path, const std::string& line) {
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) return false;
+  const bool ok = std::fprintf(f, "%s\n", line.c_str()) > 0 && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  return std::fclose(f) == 0 && ok;
+}
+}  // namespace
+
+double process_start_unix() { return g_process_start; }
+
+GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step)
+    : jsonl_(output_dir + "/goodput.jsonl"), open_(output_dir + "/goodput.open.json") {
+  // A lifetime left open ended without a word: it joins the file as last written.
+  if (std::ifstream in(open_); in) {
+    std::string line;
+    std::getline(in, line);
+    try {
+      const report::Lifetime orphan = report::parse_lifetime(line, open_);
+      if (!append_line(jsonl_, report::lifetime_json(orphan))) warn_once("cannot append to " + jsonl_);
+    } catch (const BadInput& e) {
+      warn_once(std::string("an unreadable record left by an earlier process is dropped: ") + e.what());
+    }
+  }
+  // The lifetime before this one: what it trained past `start_step` is trained again now.
+  report::Lifetime previous;
+  bool has_previous = false;
+  if (std::ifstream in(jsonl_); in) {
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    if (!last.empty()) try {
+        previous = report::parse_lifetime(last, jsonl_);
+        has_previous = true;
+      } catch (const BadInput& e) {
+        warn_once(std::string("its last record is unreadable, work lost is not counted: ") + e.what());
+      }
+  }
+  life_.job = job_name();
+  life_.host = host_name();
+  life_.start = g_process_start;
+  life_.end = unix_now();
+  life_.first_step = life_.last_step = start_step;
+  if (start_step > 0) life_.resumed_from_step = start_step;
+  if (has_previous && previous.last_step > start_step) {
+    life_.work_lost_steps = previous.last_step - start_step;
+    life_.work_lost_s = static_cast<double>(life_.work_lost_steps) * previous.mean_step_s();
+  }
+  write_open();
+}
+
+void GoodputLog::first_step_starts() {
+  if (started_) return;
+  started_ = true;
+  life_.startup_s = unix_now() - life_.start;
+}
+
+void GoodputLog::set(const GoodputProgress& p) {
+  life_.last_step = std::max(p.last_step, life_.first_step);
+  life_.step_s = p.step_s;
+  life_.data_wait_s = p.data_wait_s;
+  life_.evaluation_s = p.evaluation_s;
+  life_.checkpoint_s = p.checkpoint_s;
+  life_.end = unix_now();
+  if (!started_) life_.startup_s = life_.end - life_.start;  // no step ran: all of it was start-up
+}
+
+void GoodputLog::update(const GoodputProgress& p) {
+  if (closed_) return;
+  set(p);
+  write_open();
+}
+
+void GoodputLog::close(int exit_code, const GoodputProgress& p) {
+  if (closed_) return;
+  closed_ = true;
+  set(p);
+  life_.exit_code = exit_code;
+  if (!append_line(jsonl_, report::lifetime_json(life_))) {
+    warn_once("cannot append to " + jsonl_ + ": " + std::strerror(errno));
+    return;  // the open record stays: the next lifetime closes it
+  }
+  std::remove(open_.c_str());
+}
+
+void GoodputLog::write_open() {
+  const std::string tmp = open_ + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  bool ok = f && std::fprintf(f, "%s\n", report::lifetime_json(life_).c_str()) > 0;
+  if (f) ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), open_.c_str()) != 0) warn_once("cannot write " + open_ + ": " + std::strerror(errno));
+}
+
+void GoodputLog::warn_once(const std::string& what) {
+  if (warned_) return;
+  warned_ = true;
+  log::warn("goodput record: {} (training goes on; `trident report --goodput` will miss this lifetime's figures)", what);
+}
+
+}  // namespace trident::train

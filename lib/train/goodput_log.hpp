@@ -1,0 +1,50 @@
+#pragma once
+// This process's record in <output_dir>/goodput.jsonl (report/goodput.hpp says what the figures
+// mean). Rank 0 keeps it. While the process lives, its record is goodput.open.json, rewritten
+// (write, then rename) at every log line and save; at exit it is appended to goodput.jsonl and the
+// open file removed. A process that never reaches its exit (SIGKILL, an abort from another rank, a
+// lost node) leaves the open file behind: the next lifetime appends it, as it was last written,
+// with no exit code. Writing these files never stops a run: a failure is one warning.
+// No LibTorch, no MPI here.
+#include <cstdint>
+#include <string>
+
+#include "report/goodput.hpp"
+
+namespace trident::train {
+
+// The figures a lifetime accumulates (seconds, rank 0's own).
+struct GoodputProgress {
+  int64_t last_step = 0;  // steps done so far
+  double step_s = 0, data_wait_s = 0, evaluation_s = 0, checkpoint_s = 0;
+};
+
+class GoodputLog {
+ public:
+  // Closes the lifetime a previous process left open, then opens this one's, starting at step
+  // `start_step` (0 for a fresh start): the steps the previous lifetime trained beyond it are
+  // this one's work lost.
+  GoodputLog(const std::string& output_dir, int64_t start_step);
+  GoodputLog(const GoodputLog&) = delete;
+  GoodputLog& operator=(const GoodputLog&) = delete;
+
+  void first_step_starts();  // start-up ends here (once)
+  void update(const GoodputProgress& progress);  // rewrites the open record
+  void close(int exit_code, const GoodputProgress& progress);  // appends it to goodput.jsonl
+  const report::Lifetime& record() const { return life_; }
+
+ private:
+  void set(const GoodputProgress& progress);
+  void write_open();
+  void warn_once(const std::string& what);
+  std::string jsonl_, open_;
+  report::Lifetime life_;
+  bool started_ = false, closed_ = false, warned_ = false;
+};
+
+// Seconds since the Unix epoch, now and when this process started (captured as the program
+// was loaded, before main).
+double unix_now();
+double process_start_unix();
+
+}  // namespace trident::train
