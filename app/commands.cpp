@@ -21,6 +21,7 @@
 #include "data/prepare.hpp"
 #include "report/goodput.hpp"
 #include "report/study.hpp"
+#include "report/sweep.hpp"
 #include "train/plan_text.hpp"
 #include "train/trainer.hpp"
 
@@ -117,6 +118,7 @@ void print_usage() {
       "  trident plan DECK --world N [--set ...]     no training: layout and model-state memory per rank\n"
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
       "  trident report --goodput RUN_DIR [--out DIR]  where a run's job chain spent its time (goodput.md, .svg)\n"
+      "  trident report SWEEP_DIR [--out DIR] [--rank-by test_accuracy|test_loss]  a jobs/sweep.slurm sweep, ranked\n"
       "  trident --version | --help\n\n"
       "exit codes: 0 success, 2 bad input (deck, dataset, layout, checkpoint; one message), 3 stopped by\n"
       "SIGUSR1/SIGTERM after a checkpoint was committed (requeue me), 4 training diverged (NaN/Inf gradient),\n"
@@ -282,11 +284,16 @@ int plan_command(int argc, char** argv) {
 }
 
 int report_command(int argc, char** argv) {
-  po::options_description options("trident report STUDY_DIR... --out DIR | trident report --goodput RUN_DIR [--out DIR]");
+  po::options_description options(
+      "trident report STUDY_DIR... --out DIR | trident report --goodput RUN_DIR [--out DIR] | trident report SWEEP_DIR [--out DIR]");
   options.add_options()("help,h", "this help")(
       "dirs", po::value<std::vector<std::string>>(), "folders searched (recursively) for report.json files")(
       "out", po::value<std::string>(),
-      "where report.md, report.csv and report.svg are written (--goodput: goodput.md and goodput.svg; default RUN_DIR)")(
+      "where report.md, report.csv and report.svg are written (--goodput: goodput.md and goodput.svg, default RUN_DIR; "
+      "a sweep: sweep.md, sweep.csv and sweep.svg, default SWEEP_DIR)")(
+      "rank-by", po::value<std::string>()->default_value(""),
+      "a sweep's ranking: test_accuracy (highest first) | test_loss (lowest first); default: test_loss for gpt, else "
+      "test_accuracy")(
       "goodput", po::value<std::string>(),
       "a run folder: account for the wall time of every process lifetime of its job chain (its goodput.jsonl)")(
       "kind", po::value<std::string>()->default_value(""),
@@ -308,8 +315,16 @@ int report_command(int argc, char** argv) {
         std::printf("report: wrote %s\n", path.c_str());
       return 0;
     }
-    if (!vm.count("dirs") || !vm.count("out")) throw BadInput("report: give a study folder and --out DIR");
-    const auto study = report::load_study(vm["dirs"].as<std::vector<std::string>>(), vm["kind"].as<std::string>());
+    const auto dirs = vm.count("dirs") ? vm["dirs"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    if (dirs.size() == 1 && report::is_sweep_dir(dirs[0])) {  // jobs/sweep.slurm's folder: it holds sweep.txt
+      const auto sweep = report::load_sweep(dirs[0], vm["rank-by"].as<std::string>());
+      std::cout << report::sweep_markdown(sweep);
+      for (const auto& path : report::write_sweep(sweep, vm.count("out") ? vm["out"].as<std::string>() : dirs[0]))
+        std::printf("report: wrote %s\n", path.c_str());
+      return 0;
+    }
+    if (dirs.empty() || !vm.count("out")) throw BadInput("report: give a study folder and --out DIR (see --help)");
+    const auto study = report::load_study(dirs, vm["kind"].as<std::string>());
     for (const auto& path : report::write_study(study, vm["out"].as<std::string>()))
       std::printf("report: wrote %s\n", path.c_str());
     return 0;

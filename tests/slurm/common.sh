@@ -113,9 +113,12 @@ final_loss() {  # metrics.jsonl STEP: the full-precision loss logged at STEP
 # EXPECTATIONS (a Python expression over `recs`, the records in order, that must hold) against
 # what the test saw happen. Prints the records and the report's summary line.
 check_goodput() {
-  local run=$1 expect=$2 out=$work/goodput-$(basename "$1")
+  local run=$1 expect=$2 out
+  out=$work/goodput-$(basename "$1")
   "$trident" report --goodput "$run" --out "$out" >"$out.txt" 2>&1 || { cat "$out.txt"; fail "trident report --goodput $run failed"; }
-  [ -s "$out/goodput.md" ] && grep -q "</svg>" "$out/goodput.svg" || fail "report --goodput wrote no goodput.md / goodput.svg in $out"
+  if [ ! -s "$out/goodput.md" ] || ! grep -q "</svg>" "$out/goodput.svg"; then
+    fail "report --goodput wrote no goodput.md / goodput.svg in $out"
+  fi
   python3 - "$run/goodput.jsonl" "$out.txt" "$expect" <<'PY' || fail "goodput of $run does not add up (records above)"
 import json, re, sys
 recs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]

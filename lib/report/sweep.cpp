@@ -1,0 +1,251 @@
+#include "report/sweep.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "report/report.hpp"
+#include "report/text_output.hpp"
+
+namespace trident::report {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char kMicroBatchKey[] = "optim.micro_batch";
+
+bool higher_is_better(const std::string& metric) { return metric == "test_accuracy"; }
+
+double metric_of(const SweepPoint& p, const std::string& metric) {
+  return metric == "test_accuracy" ? p.test_accuracy : p.test_loss;
+}
+
+std::string metric_text(const SweepPoint& p, const std::string& metric) {
+  return metric == "test_accuracy" ? fmt::format("{:.2f}%", 100.0 * p.test_accuracy) : fmt::format("{:.4f}", p.test_loss);
+}
+
+std::string value_of(const SweepPoint& p, const std::string& key) {
+  for (const auto& [k, v] : p.overrides)
+    if (k == key) return v;
+  return "(deck)";
+}
+
+std::string overrides_text(const SweepPoint& p) {
+  std::string text;
+  for (const auto& [k, v] : p.overrides) text += (text.empty() ? "" : " ") + k + "=" + v;
+  return text;
+}
+
+// Finished points grouped by their micro-batch: (micro_batch, the group's points).
+std::map<int64_t, std::vector<const SweepPoint*>> by_micro_batch(const Sweep& sweep) {
+  std::map<int64_t, std::vector<const SweepPoint*>> groups;
+  for (const auto& p : sweep.points)
+    if (p.finished) groups[p.micro_batch].push_back(&p);
+  return groups;
+}
+
+bool micro_batch_swept(const Sweep& sweep) {
+  return std::find(sweep.swept_keys.begin(), sweep.swept_keys.end(), kMicroBatchKey) != sweep.swept_keys.end() &&
+         by_micro_batch(sweep).size() > 1;
+}
+
+struct BatchRow {
+  int64_t micro_batch = 0, micro_batches = 0;
+  size_t points = 0;
+  double step_time_s = 0, samples_per_s = 0;  // means over the group's points
+};
+
+std::vector<BatchRow> batch_rows(const Sweep& sweep) {
+  std::vector<BatchRow> rows;
+  for (const auto& [mb, group] : by_micro_batch(sweep)) {
+    BatchRow row;
+    row.micro_batch = mb;
+    row.micro_batches = group.front()->micro_batches;
+    row.points = group.size();
+    for (const auto* p : group) {
+      row.step_time_s += p->step_time_s / static_cast<double>(group.size());
+      row.samples_per_s += p->samples_per_s / static_cast<double>(group.size());
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::pair<std::string, std::string>>> read_sweep_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw BadInput(fmt::format("sweep: cannot read the sweep file {}", path));
+  std::vector<std::vector<std::pair<std::string, std::string>>> points;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::vector<std::pair<std::string, std::string>> point;
+    for (std::string word; words >> word;) {
+      if (word == "--set") continue;
+      const auto eq = word.find('=');
+      const auto dot = word.find('.');
+      if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 >= eq)
+        throw BadInput(fmt::format("sweep: {}:{}: '{}' is not a deck override section.key=value", path, n, word));
+      point.emplace_back(word.substr(0, eq), word.substr(eq + 1));
+    }
+    if (!point.empty()) points.push_back(std::move(point));
+  }
+  if (points.empty()) throw BadInput(fmt::format("sweep: {} has no points (one line of section.key=value overrides each)", path));
+  return points;
+}
+
+bool is_sweep_dir(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / "sweep.txt"); }
+
+Sweep load_sweep(const std::string& dir, const std::string& metric) {
+  if (!metric.empty() && metric != "test_accuracy" && metric != "test_loss")
+    throw BadInput(fmt::format("report: --rank-by '{}': test_accuracy or test_loss", metric));
+  Sweep sweep;
+  sweep.dir = dir;
+  sweep.metric = metric;
+  const auto lines = read_sweep_file((fs::path(dir) / "sweep.txt").string());
+  bool token_model = false;
+  for (size_t k = 0; k < lines.size(); ++k) {
+    SweepPoint p;
+    p.index = static_cast<int>(k);
+    p.overrides = lines[k];
+    for (const auto& [key, value] : p.overrides)
+      if (std::find(sweep.swept_keys.begin(), sweep.swept_keys.end(), key) == sweep.swept_keys.end()) sweep.swept_keys.push_back(key);
+    p.dir = (fs::path(dir) / fmt::format("point_{}", k)).string();
+    const std::string file = p.dir + "/report.json";
+    if (fs::is_regular_file(file)) {
+      const Summary s = read_report_json(file).summary;
+      p.finished = true;
+      p.test_loss = s.test_loss;
+      p.test_accuracy = s.test_accuracy;
+      p.train_loss = s.train_loss;
+      p.step_time_s = s.step_time_s;
+      p.samples_per_s = s.samples_per_s;
+      p.micro_batch = s.layout.micro_batch;
+      p.micro_batches = s.layout.micro_batches;
+      p.steps = s.steps;
+      token_model = token_model || s.deck.model.kind == "gpt";
+    }
+    sweep.points.push_back(std::move(p));
+  }
+  if (std::none_of(sweep.points.begin(), sweep.points.end(), [](const SweepPoint& p) { return p.finished; }))
+    throw BadInput(fmt::format("report: no point of the sweep in {} has finished (no {}/point_K/report.json)", dir, dir));
+  if (sweep.metric.empty()) sweep.metric = token_model ? "test_loss" : "test_accuracy";
+  const bool higher = higher_is_better(sweep.metric);
+  std::stable_sort(sweep.points.begin(), sweep.points.end(), [&](const SweepPoint& a, const SweepPoint& b) {
+    if (a.finished != b.finished) return a.finished;
+    if (!a.finished) return a.index < b.index;
+    const double x = metric_of(a, sweep.metric), y = metric_of(b, sweep.metric);
+    return higher ? x > y : x < y;
+  });
+  int rank = 0;
+  for (auto& p : sweep.points)
+    if (p.finished) p.rank = ++rank;
+  return sweep;
+}
+
+std::string sweep_markdown(const Sweep& sweep) {
+  const bool higher = higher_is_better(sweep.metric);
+  std::string md = fmt::format("# Sweep {}\n\n{} point(s), ranked by {} ({} first).\n\n| rank | point |", sweep.dir,
+                               sweep.points.size(), sweep.metric, higher ? "highest" : "lowest");
+  for (const auto& key : sweep.swept_keys) md += " " + key + " |";
+  md += " test accuracy | test loss | train loss | steps | micro-batch | step time ms | samples/s |\n|---:|---:|";
+  for (size_t i = 0; i < sweep.swept_keys.size(); ++i) md += "---|";
+  md += "---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& p : sweep.points) {
+    md += p.finished ? fmt::format("| {} | {} |", p.rank, p.index) : fmt::format("| - | {} |", p.index);
+    for (const auto& key : sweep.swept_keys) md += " " + value_of(p, key) + " |";
+    if (p.finished)
+      md += fmt::format(" {:.2f}% | {:.4f} | {:.4f} | {} | {} | {:.2f} | {:.0f} |\n", 100.0 * p.test_accuracy, p.test_loss,
+                        p.train_loss, p.steps, p.micro_batch, 1e3 * p.step_time_s, p.samples_per_s);
+    else
+      md += fmt::format(" not finished: no {}/report.json | | | | | | |\n", p.dir);
+  }
+  if (micro_batch_swept(sweep)) {
+    md += "\n## Micro-batch size: step time and throughput\n\nEach optimizer step trains the same global batch; a larger "
+          "micro-batch means fewer micro-batches per step (less gradient accumulation).\n\n"
+          "| micro-batch | micro-batches per step | points | step time ms | samples/s | vs smallest |\n"
+          "|---:|---:|---:|---:|---:|---:|\n";
+    const auto rows = batch_rows(sweep);
+    for (const auto& r : rows)
+      md += fmt::format("| {} | {} | {} | {:.2f} | {:.0f} | {:.2f}x |\n", r.micro_batch, r.micro_batches, r.points,
+                        1e3 * r.step_time_s, r.samples_per_s, r.samples_per_s / rows.front().samples_per_s);
+  }
+  return md;
+}
+
+std::string sweep_csv(const Sweep& sweep) {
+  std::string csv = "rank,point";
+  for (const auto& key : sweep.swept_keys) csv += "," + csv_field(key);
+  csv += ",finished,test_accuracy,test_loss,train_loss,steps,micro_batch,micro_batches,step_time_s,samples_per_s,dir\n";
+  for (const auto& p : sweep.points) {
+    csv += fmt::format("{},{}", p.rank, p.index);
+    for (const auto& key : sweep.swept_keys) csv += "," + csv_field(value_of(p, key));
+    csv += fmt::format(",{},{:.6g},{:.6g},{:.6g},{},{},{},{:.6g},{:.6g},{}\n", p.finished ? 1 : 0, p.test_accuracy, p.test_loss,
+                       p.train_loss, p.steps, p.micro_batch, p.micro_batches, p.step_time_s, p.samples_per_s, csv_field(p.dir));
+  }
+  return csv;
+}
+
+std::string sweep_svg(const Sweep& sweep) {
+  // Top: one bar per finished point, in rank order, its length the metric (the best point's
+  // bar is the longest for accuracy; for a loss, the bar is the loss: shortest is best). Below,
+  // when the micro-batch is swept: samples/s per micro-batch size.
+  const double left = 320, width = 420, bar = 18, gap = 6, top = 50;
+  std::vector<const SweepPoint*> done;
+  for (const auto& p : sweep.points)
+    if (p.finished) done.push_back(&p);
+  const auto rows = micro_batch_swept(sweep) ? batch_rows(sweep) : std::vector<BatchRow>{};
+  const double ranks_h = static_cast<double>(done.size()) * (bar + gap);
+  const double batch_top = top + ranks_h + 60;
+  const double height = batch_top + (rows.empty() ? 0.0 : 40 + static_cast<double>(rows.size()) * (bar + gap)) + 20;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      left + width + 250, height);
+  svg += fmt::format("<text x=\"10\" y=\"22\" font-size=\"15\">Sweep {}: points by {} ({} first)</text>\n", xml_escape(sweep.dir),
+                     sweep.metric, higher_is_better(sweep.metric) ? "highest" : "lowest");
+  double most = 0;
+  for (const auto* p : done) most = std::max(most, metric_of(*p, sweep.metric));
+  double y = top;
+  for (const auto* p : done) {
+    const double w = most > 0 ? width * metric_of(*p, sweep.metric) / most : 0;
+    svg += fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\" text-anchor=\"end\">{}. #{} {}</text>\n", left - 8, y + bar * 0.75, p->rank,
+                       p->index, xml_escape(overrides_text(*p)));
+    svg += fmt::format("<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.0f}\" fill=\"{}\"/>\n", left, y, w, bar,
+                       p->rank == 1 ? "#2e7d32" : "#78909c");
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", left + w + 6, y + bar * 0.75, metric_text(*p, sweep.metric));
+    y += bar + gap;
+  }
+  if (!rows.empty()) {
+    double fastest = 0;
+    for (const auto& r : rows) fastest = std::max(fastest, r.samples_per_s);
+    svg += fmt::format("<text x=\"10\" y=\"{:.0f}\" font-size=\"14\">samples/s by micro-batch size (same global batch; mean "
+                       "over the points of each size)</text>\n",
+                       batch_top);
+    y = batch_top + 20;
+    for (const auto& r : rows) {
+      const double w = fastest > 0 ? width * r.samples_per_s / fastest : 0;
+      svg += fmt::format("<text x=\"{:.0f}\" y=\"{:.1f}\" text-anchor=\"end\">micro-batch {} ({} micro-batches/step)</text>\n", left - 8,
+                         y + bar * 0.75, r.micro_batch, r.micro_batches);
+      svg += fmt::format("<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.0f}\" fill=\"#0277bd\"/>\n", left, y, w, bar);
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{:.0f} samples/s, {:.2f} ms/step</text>\n", left + w + 6, y + bar * 0.75,
+                         r.samples_per_s, 1e3 * r.step_time_s);
+      y += bar + gap;
+    }
+  }
+  return svg + "</svg>\n";
+}
+
+std::vector<std::string> write_sweep(const Sweep& sweep, const std::string& out_dir) {
+  return write_text_files(out_dir, {{"sweep.md", sweep_markdown(sweep)}, {"sweep.csv", sweep_csv(sweep)}, {"sweep.svg", sweep_svg(sweep)}});
+}
+
+}  // namespace trident::report

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# sweep.sh STATE SOURCE_DIR TRIDENT: jobs/sweep.slurm as a 3-point job array (lr x micro-batch,
+# tiny), each point in its own folder with its overrides applied, then `trident report SWEEP_DIR`:
+# the ranking and the micro-batch table checked against the points' report.json files, read here.
+# A task beyond the sweep file's points exits 2 naming the --array to use.
+source "$(dirname "$0")/common.sh" "$1" "$2" "$3" sweep
+export TRIDENT=$trident
+cat >points.txt <<'POINTS'
+# lr x micro-batch (global batch 64 on 2 ranks: 4, 2 and 1 micro-batches per step)
+optim.lr=1e-3 optim.micro_batch=8
+--set optim.lr=1e-2 --set optim.micro_batch=16
+optim.lr=5e-2 optim.micro_batch=32
+POINTS
+# A noisier dataset than common.sh's (which every lr learns to 100%): the points' accuracies differ.
+"$trident" prepare-data synthetic --out noisy.h5 --train 4096 --test 256 --classes 4 --shape 1x16x16 --noise 6 >/dev/null
+# %1: one point at a time (this machine's 2 cores serve both "nodes").
+# shellcheck disable=SC2046
+id=$(sbatch --parsable --array=0-2%1 --output="$work/sweep-%A_%a.out" "$src/jobs/sweep.slurm" points.txt $(tiny_args 30) --set data.path="$work/noisy.h5")
+for k in 0 1 2; do expect_completed "${id}_$k" 180 "sweep point $k"; done
+echo "3 points trained after $(elapsed)"
+dir=$work/sweeps/points
+cmp -s points.txt "$dir/sweep.txt" || fail "$dir/sweep.txt is not a copy of the sweep file"
+
+# One task too many: exit 2 before anything trains, naming the array to ask for.
+# shellcheck disable=SC2046
+extra=$(sbatch --parsable --array=3 --output="$work/extra-%A_%a.out" "$src/jobs/sweep.slurm" points.txt $(tiny_args 300))
+s=$(wait_job "${extra}_3" 60)
+[ "$(field "${extra}_3" ExitCode)" = 2:0 ] || { show_job "${extra}_3"; fail "task 3 of a 3-point sweep ended $s, not with exit 2"; }
+grep -q "array task 3, but points.txt has 3 points: --array=0-2" "$work"/extra-*_3.out || fail "task 3's message does not name --array=0-2"
+[ ! -e "$dir/point_3" ] || fail "task 3 made a point folder"
+
+"$trident" report "$dir" >report.txt || { cat report.txt; fail "trident report $dir failed"; }
+"$trident" report "$dir" --rank-by test_loss --out by_loss >/dev/null || fail "trident report $dir --rank-by test_loss failed"
+for f in sweep.md sweep.csv sweep.svg; do [ -s "$dir/$f" ] || fail "no $dir/$f"; done
+sed -n '/^| rank/,/^$/p;/^| micro-batch/,/^$/p' "$dir/sweep.md"
+python3 - "$dir" <<'PY' || fail "the sweep report disagrees with the points' report.json files"
+import csv, json, sys
+d = sys.argv[1]
+reports = [json.load(open(f"{d}/point_{k}/report.json")) for k in range(3)]
+acc = [r["final"]["test_accuracy"] for r in reports]
+expected = sorted(range(3), key=lambda k: -acc[k])  # ties keep the file's order, as the report does
+rows = list(csv.DictReader(open(f"{d}/sweep.csv")))
+assert [int(r["point"]) for r in rows] == expected, f"ranked {[r['point'] for r in rows]}, accuracies {acc}"
+loss = [r["final"]["test_loss"] for r in reports]
+by_loss = [int(r["point"]) for r in csv.DictReader(open("by_loss/sweep.csv"))]
+assert by_loss == sorted(range(3), key=lambda k: loss[k]), f"ranked {by_loss} by test loss, losses {loss}"
+assert [int(r["rank"]) for r in rows] == [1, 2, 3]
+for r in rows:
+    k = int(r["point"])
+    assert r["optim.lr"] == ["1e-3", "1e-2", "5e-2"][k] and r["optim.micro_batch"] == str(8 << k), r
+    # the point trained with its overrides
+    assert float(reports[k]["deck"]["optim"]["lr"]) == float(r["optim.lr"]), (reports[k]["deck"]["optim"], r)
+    assert reports[k]["layout"]["micro_batch"] == 8 << k, reports[k]["layout"]
+    assert abs(float(r["samples_per_s"]) - reports[k]["throughput"]["samples_per_s"]) <= 1e-5 * reports[k]["throughput"]["samples_per_s"]
+md = open(f"{d}/sweep.md").read()
+base = reports[0]["throughput"]["samples_per_s"]
+for k in range(3):
+    sps = reports[k]["throughput"]["samples_per_s"]
+    line = f"| {8 << k} | {4 >> k} | 1 | {1e3 * reports[k]['throughput']['step_time_s']:.2f} | {sps:.0f} | {sps / base:.2f}x |"
+    assert line in md, "no line " + line
+print(f"    ranked {expected} by test accuracy {acc}, {by_loss} by test loss {loss}; samples/s {[round(r['throughput']['samples_per_s']) for r in reports]}")
+PY
+echo "after $(elapsed)"
+echo PASS

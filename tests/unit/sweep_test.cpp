@@ -1,0 +1,129 @@
+// trident report SWEEP_DIR: a sweep file's points read back, the points ranked by their final
+// test metric from hand-made report.json files, the micro-batch table's figures against numbers
+// computed here; bad sweep lines name the file and line.
+#include "report/sweep.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+using trident::BadInput;
+using namespace trident::report;
+
+namespace {
+
+class SweepReport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("trident_sweep_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void sweep_file(const std::string& text) { std::ofstream(dir_ / "sweep.txt") << text; }
+  // point_K/report.json with what the sweep report reads (global batch 64).
+  void point(int k, double test_accuracy, double test_loss, int64_t micro_batch, double step_time_s,
+             const std::string& kind = "mlp") {
+    const fs::path sub = dir_ / ("point_" + std::to_string(k));
+    fs::create_directories(sub);
+    std::ofstream(sub / "report.json")
+        << "{\"deck\": {\"model\": {\"kind\": \"" << kind << "\"}, \"optim\": {\"global_batch\": 64, \"micro_batch\": "
+        << micro_batch << "}},\n"
+        << " \"layout\": {\"world\": 2, \"nodes\": 1, \"dp\": 2, \"pp\": 1, \"zero\": 0, \"micro_batch\": " << micro_batch
+        << ", \"micro_batches\": " << 32 / micro_batch << "},\n"
+        << " \"steps\": 100, \"final\": {\"train_loss\": 0.5, \"test_loss\": " << test_loss
+        << ", \"test_accuracy\": " << test_accuracy << "},\n"
+        << " \"throughput\": {\"samples_per_s\": " << 64.0 / step_time_s << ", \"step_time_s\": " << step_time_s << "}}\n";
+  }
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(SweepReport, ReadsPointsWithOrWithoutSetAndSkipsComments) {
+  sweep_file("# lr x micro-batch\noptim.lr=1e-3 optim.micro_batch=8\n\n--set optim.lr=3e-3 --set optim.micro_batch=16  # two\n");
+  const auto points = read_sweep_file((dir_ / "sweep.txt").string());
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0], (std::vector<std::pair<std::string, std::string>>{{"optim.lr", "1e-3"}, {"optim.micro_batch", "8"}}));
+  EXPECT_EQ(points[1], (std::vector<std::pair<std::string, std::string>>{{"optim.lr", "3e-3"}, {"optim.micro_batch", "16"}}));
+}
+
+TEST_F(SweepReport, ABadLineNamesTheFileAndLine) {
+  sweep_file("optim.lr=1e-3\nlr 3e-3\n");
+  try {
+    read_sweep_file((dir_ / "sweep.txt").string());
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep.txt:2: 'lr' is not a deck override section.key=value"), std::string::npos)
+        << e.what();
+  }
+  sweep_file("# nothing\n\n");
+  EXPECT_THROW(read_sweep_file((dir_ / "sweep.txt").string()), BadInput);
+}
+
+TEST_F(SweepReport, RanksByTestAccuracyWithUnfinishedPointsLast) {
+  sweep_file("optim.lr=1e-3 optim.micro_batch=8\noptim.lr=3e-3 optim.micro_batch=16\noptim.lr=1e-2 optim.micro_batch=32\n"
+             "optim.lr=3e-2\n");
+  point(0, 0.80, 0.60, 8, 0.040);
+  point(1, 0.90, 0.40, 16, 0.025);
+  point(2, 0.85, 0.30, 32, 0.020);  // lowest loss, not the best accuracy
+  // point 3 has not finished: no report.json
+  ASSERT_TRUE(is_sweep_dir(dir_.string()));
+  const Sweep s = load_sweep(dir_.string(), "");
+  EXPECT_EQ(s.metric, "test_accuracy");
+  EXPECT_EQ(s.swept_keys, (std::vector<std::string>{"optim.lr", "optim.micro_batch"}));
+  ASSERT_EQ(s.points.size(), 4u);
+  EXPECT_EQ(s.points[0].index, 1);
+  EXPECT_EQ(s.points[1].index, 2);
+  EXPECT_EQ(s.points[2].index, 0);
+  EXPECT_EQ(s.points[3].index, 3);
+  EXPECT_EQ(s.points[0].rank, 1);
+  EXPECT_FALSE(s.points[3].finished);
+  EXPECT_EQ(s.points[3].rank, 0);
+
+  const Sweep by_loss = load_sweep(dir_.string(), "test_loss");
+  EXPECT_EQ(by_loss.points[0].index, 2);
+  EXPECT_EQ(by_loss.points[1].index, 1);
+  EXPECT_THROW(load_sweep(dir_.string(), "speed"), BadInput);
+
+  const std::string md = sweep_markdown(s);
+  EXPECT_NE(md.find("| 1 | 1 | 3e-3 | 16 | 90.00% | 0.4000 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| - | 3 | 3e-2 | (deck) | not finished"), std::string::npos) << md;
+  // The micro-batch table: samples/s = 64 / step time; 8 -> 1600, 16 -> 2560 (1.60x), 32 -> 3200 (2.00x).
+  EXPECT_NE(md.find("| 8 | 4 | 1 | 40.00 | 1600 | 1.00x |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 16 | 2 | 1 | 25.00 | 2560 | 1.60x |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 32 | 1 | 1 | 20.00 | 3200 | 2.00x |"), std::string::npos) << md;
+  const std::string csv = sweep_csv(s);
+  EXPECT_NE(csv.find("1,1,3e-3,16,1,0.9,0.4,0.5,100,16,2,0.025,2560,"), std::string::npos) << csv;
+  const std::string svg = sweep_svg(s);
+  EXPECT_NE(svg.find("samples/s by micro-batch size"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+TEST_F(SweepReport, TokenModelsRankByTestLossAndNoMicroBatchTableWhenItIsNotSwept) {
+  sweep_file("optim.lr=1e-3\noptim.lr=3e-3\n");
+  point(0, 0.30, 2.5, 16, 0.1, "gpt");
+  point(1, 0.20, 2.1, 16, 0.1, "gpt");
+  const Sweep s = load_sweep(dir_.string(), "");
+  EXPECT_EQ(s.metric, "test_loss");
+  EXPECT_EQ(s.points[0].index, 1);
+  EXPECT_EQ(sweep_markdown(s).find("Micro-batch size"), std::string::npos);
+}
+
+TEST_F(SweepReport, NoFinishedPointIsBadInput) {
+  sweep_file("optim.lr=1e-3\n");
+  try {
+    load_sweep(dir_.string(), "");
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("no point of the sweep"), std::string::npos) << e.what();
+  }
+}
