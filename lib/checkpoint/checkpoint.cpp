@@ -9,16 +9,24 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <thread>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "comm/world.hpp"
 #include "core/error.hpp"
 #include "core/hdf5.hpp"
+#include "core/timer.hpp"
 #include "data/prepare.hpp"
 
 namespace trident::checkpoint {
@@ -34,17 +42,6 @@ std::string innermost(const std::string& stack) {
   std::string text = stack.substr(0, stack.find(" (H5"));
   std::replace(text.begin(), text.end(), '\n', ' ');  // MPI-IO's error strings span lines
   return text;
-}
-
-// Drops a written, flushed file's pages from the page cache. This run never reads a checkpoint
-// back, so its pages would only crowd out the dataset's; and the next save gets pages the kernel
-// has just freed, which measured faster than fresh ones (benchmarks/README.md, "Checkpoint I/O").
-// Best effort: a file system that ignores the advice loses nothing.
-void release_page_cache(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
 }
 
 // ---- selections of a flat element range in an N-d dataspace ---------------------------------
@@ -229,175 +226,49 @@ at::Tensor read_checked(hid_t dataset, const std::string& path, const std::strin
 }  // namespace
 
 // ---- save ----------------------------------------------------------------------------------
+//
+// A save has three parts, so that the middle one can run on a thread of its own
+// (checkpoint.async): the ranks lay the file out together (collective HDF5: every dataset created
+// and allocated at a fixed place, the file closed again); each rank writes its bytes at those
+// places with pwrite, and checksums them (no HDF5, no MPI); the ranks agree that every write
+// succeeded, rank 0 adds the checksums and the metadata as attributes and commits the file.
+// HDF5 and MPI calls stay on the main thread: Debian's parallel HDF5 is not thread-safe (the
+// data prefetch thread shares it under hdf5::mutex()), and MPI from a second thread would need
+// MPI_THREAD_MULTIPLE, whose lock MPICH takes around every call, the training's collectives
+// included. A synchronous save runs the same three parts in a row, so both write the same file.
 
 namespace {
 
-// One checkpoint file written by every rank of `comm` together. Every rank creates every
-// dataset (collective) in the same order and writes its own piece of it, maybe none, as
-// independent MPI-IO. This rank's own writes may fail (disk full, quota) while the others'
-// succeed: the failure is kept, not thrown, until every rank has reached flush(), so no rank is
-// left waiting in a collective HDF5 call the failed one never makes.
-class FileWriter {
- public:
-  FileWriter(const std::string& path, MPI_Comm comm) : path_(path), comm_(comm) {
-    MPI_CHECK(MPI_Comm_rank(comm, &rank_));
-    MPI_CHECK(MPI_Comm_size(comm, &size_));
-    // ROMIO's data sieving would read back and rewrite the regions around each piece: each
-    // piece is written whole, so it is off.
-    Hid access = hdf5::parallel_file_access(comm, {{"romio_ds_write", "disable"}, {"romio_ds_read", "disable"}});
-    file_ = Hid(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access));
-    if (!file_.valid()) fatal_one("checkpoint: cannot create " + path);
-    // Each rank's piece of a tensor is one contiguous run of elements: independent writes go
-    // straight to the file, where collective two-phase I/O would only shuffle them between ranks.
-    transfer_ = hdf5::independent_transfer();
-    // Parallel HDF5 allocates datasets when they are created; without this it would also write
-    // fill values over every byte first.
-    creation_ = hdf5::creation_without_fill();
-  }
-
-  void create_groups(const std::vector<std::string>& state_names) {
-    std::vector<std::string> groups{"params", "optim", "buffers", "rng"};
-    for (const auto& s : state_names) groups.push_back("optim/" + s);
-    for (const auto& g : groups) Hid(HDF5_CHECK(H5Gcreate2(file_, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-  }
-
-  // Creates dataset `path` of `shape` and writes this rank's elements [lo, hi) from `source`.
-  void write(const std::string& path, const std::vector<int64_t>& shape, int64_t lo, int64_t hi,
-             const at::Tensor& source, at::ScalarType type = at::kFloat) {
-    std::vector<hsize_t> dims(shape.begin(), shape.end());
-    Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
-    Hid dataset(HDF5_CHECK(
-        H5Dcreate2(file_, path.c_str(), file_type(type), space, H5P_DEFAULT, creation_, H5P_DEFAULT)));
-    const at::Tensor data = hi > lo ? source.contiguous() : at::zeros({1}, type);
-    // Written in pieces of at most kWritePieceBytes (benchmarks/README.md, "Checkpoint I/O":
-    // large writes into the page cache ran several times slower than 1 MB ones).
-    const int64_t piece = std::max<int64_t>(1, kWritePieceBytes / static_cast<int64_t>(data.element_size()));
-    for (int64_t at = lo; at < hi && write_error_.empty(); at += piece) {
-      const int64_t to = std::min(hi, at + piece);
-      Hid file_space = select_range(dataset, static_cast<hsize_t>(at), static_cast<hsize_t>(to));
-      Hid mem = memory_space(static_cast<hsize_t>(to - at));
-      const auto* bytes = static_cast<const char*>(data.data_ptr()) + (at - lo) * data.element_size();
-      if (H5Dwrite(dataset, memory_type(type), mem, file_space, transfer_, bytes) < 0)
-        write_error_ = fmt::format("{}: writing {} failed: {}", who(), path, innermost(hdf5_error_text()));
-    }
-    if (hi > lo) mine_.push_back({static_cast<int64_t>(names_.size()), lo, hi, crc_of(data)});
-    names_.push_back(path);
-  }
-
-  // Every tensor of `params` under `group`; this rank writes the part of its stage's flat buffer
-  // it holds (`flat` is elements [shard.begin, shard.end)).
-  void write_flat(const std::string& group, const std::vector<TensorEntry>& params, const Shard& shard,
-                  const at::Tensor& flat) {
-    for (const auto& t : params) {
-      int64_t lo = 0, hi = 0;
-      if (t.stage == shard.stage) {
-        lo = std::max(shard.begin, t.offset) - t.offset;
-        hi = std::max(lo, std::min(shard.end, t.offset + t.numel) - t.offset);
-      }
-      write(dataset_name(group, t.name), t.shape, lo, hi,
-            hi > lo ? flat.narrow(0, t.offset + lo - shard.begin, hi - lo) : at::Tensor());
-    }
-  }
-
-  // Every buffer, written whole by the rank whose shard carries it.
-  void write_buffers(const std::vector<TensorEntry>& buffers, const Shard& shard) {
-    for (const auto& b : buffers) {
-      const auto it = std::find_if(shard.buffers.begin(), shard.buffers.end(),
-                                   [&](const auto& p) { return p.first == b.name && b.stage == shard.stage; });
-      const bool writes = it != shard.buffers.end();
-      write(dataset_name("buffers", b.name), b.shape, 0, writes ? b.numel : 0,
-            writes ? it->second.reshape({-1}) : at::Tensor());
-    }
-  }
-
-  // Every rank's RNG states, one row each per generator kind (the states of one kind have one
-  // size): the CPU generator's, and the CUDA generator's of ranks that train on a GPU. A kind is
-  // written when every rank has one (creating the dataset is collective).
-  void write_rng_states(const Shard& shard) {
-    for (const auto& [name, state] : {std::pair<const char*, at::Tensor>{"/rng/cpu", shard.rng_state},
-                                      {"/rng/cuda", shard.cuda_rng_state}}) {
-      int everyone = state.defined() ? 1 : 0;
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everyone, 1, MPI_INT, MPI_MIN, comm_));
-      if (!everyone) continue;
-      const int64_t bytes = state.numel();
-      write(name, {size_, bytes}, rank_ * bytes, (rank_ + 1) * bytes, state.cpu(), at::kByte);
-    }
-  }
-
-  // Checksums: every rank learns every block, then all write the same attributes (collective).
-  void write_checksums() {
-    const int my_count = static_cast<int>(mine_.size() * 4);
-    std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
-    MPI_CHECK(MPI_Allgather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_));
-    int total = 0;
-    for (int r = 0; r < size_; ++r) {
-      displs[static_cast<size_t>(r)] = total;
-      total += counts[static_cast<size_t>(r)];
-    }
-    std::vector<int64_t> all(static_cast<size_t>(total));
-    MPI_CHECK(MPI_Allgatherv(mine_.data(), my_count, MPI_INT64_T, all.data(), counts.data(), displs.data(),
-                             MPI_INT64_T, comm_));
-    std::vector<std::vector<int64_t>> blocks(names_.size());
-    for (size_t i = 0; i + 3 < all.size(); i += 4) {
-      auto& b = blocks[static_cast<size_t>(all[i])];
-      b.insert(b.end(), {all[i + 1], all[i + 2], all[i + 3]});
-    }
-    for (size_t d = 0; d < names_.size(); ++d) {
-      Hid dataset(HDF5_CHECK(H5Dopen2(file_, names_[d].c_str(), H5P_DEFAULT)));
-      const hsize_t n = std::max<size_t>(blocks[d].size(), 1);
-      if (blocks[d].empty()) blocks[d] = {0};  // an empty tensor: one padding value, no blocks
-      Hid space(HDF5_CHECK(H5Screate_simple(1, &n, nullptr)));
-      Hid attr(HDF5_CHECK(H5Acreate2(dataset, "crc32_blocks", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)));
-      HDF5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, blocks[d].data()));
-    }
-  }
-
-  void write_meta(const Meta& meta) {
-    const std::string text = meta_text(meta);
-    hdf5::write_string_attribute(file_, "meta", text);
-    hdf5::write_string_attribute(file_, "deck", meta.deck);
-    hdf5::write_int_attribute(file_, "meta_crc32", text_crc(text));
-  }
-
-  // The first failure of any rank's writes or of the flush ("" when every rank's data is in the
-  // file). Agreed before the flush too: H5Fflush is collective, a rank that skipped it would
-  // hang the rest.
-  std::string flush() {
-    std::string failure = comm::first_error(comm_, write_error_);
-    if (!failure.empty()) return failure;
-    std::string flush_error;
-    if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0)
-      flush_error = fmt::format("{}: flushing failed: {}", who(), innermost(hdf5_error_text()));
-    return comm::first_error(comm_, flush_error);
-  }
-
-  void close() { file_.reset(); }  // collective
-
-  // After a failed flush: the file removed. HDF5 cannot close a file whose final flush fails (its
-  // handle is left broken and crashes at exit): the data blocks go first, so the close only
-  // writes a little metadata.
-  void discard() {
-    std::error_code ignored;
-    if (rank_ == 0) fs::resize_file(path_, 0, ignored);
-    MPI_CHECK(MPI_Barrier(comm_));
-    file_.reset();  // collective close
-    H5Eclear2(H5E_DEFAULT);
-    MPI_CHECK(MPI_Barrier(comm_));
-    if (rank_ == 0) fs::remove(path_, ignored);
-  }
-
- private:
-  struct Record {
-    int64_t dataset, begin, end, crc;
-  };
-  std::string path_;
-  MPI_Comm comm_;
-  int rank_ = 0, size_ = 1;
-  Hid file_, transfer_, creation_;
-  std::vector<std::string> names_;  // datasets in creation order
-  std::vector<Record> mine_;        // the blocks this rank wrote
-  std::string write_error_;
+// Elements [lo, hi) of dataset `dataset` (its index in creation order) that this rank writes,
+// from byte `offset` of the file on, taken from `source` (host memory, hi - lo elements).
+struct Piece {
+  int64_t dataset = 0, lo = 0, hi = 0, offset = 0;
+  at::Tensor source;
 };
+
+// A block this rank wrote and its CRC-32: the four numbers per block of the crc32_blocks lists.
+struct Block {
+  int64_t dataset, begin, end, crc;
+};
+
+struct Layout {
+  std::string dir, tmp_path, final_path;
+  int64_t step = 0;
+  std::vector<std::string> names;  // datasets in creation order
+  std::vector<Piece> pieces;       // this rank's
+};
+
+struct Written {
+  std::vector<Block> blocks;
+  std::string error;  // "" when every piece is in the file
+  double seconds = 0;
+};
+
+std::string not_saved(int64_t step, const std::string& failure, const std::string& tmp_path, const std::string& dir) {
+  return fmt::format("checkpoint of step {} not saved: {}. Removed {}; the previous checkpoint and 'latest' are "
+                     "unchanged. Free space in {} and resume with --resume auto",
+                     step, failure, tmp_path, dir);
+}
 
 // Rank 0 makes a written file the checkpoint: rename (atomic on one file system), then
 // `latest`, then the oldest pruned down to keep_last.
@@ -415,45 +286,386 @@ void commit(const std::string& dir, const std::string& tmp_path, int64_t step, i
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < saved.size(); ++i) fs::remove(dir + "/" + saved[i]);
 }
 
+// The datasets of a save in creation order, and which of their elements this rank writes. Every
+// rank lists the same datasets (the whole model); only rank 0 creates the file.
+class FileLayout {
+ public:
+  FileLayout(Layout& layout, MPI_Comm comm) : layout_(layout), comm_(comm) {
+    MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm, &size_));
+  }
+
+  // Dataset `path` of `shape`; this rank will write its elements [lo, hi) from `source`.
+  void add(const std::string& path, const std::vector<int64_t>& shape, int64_t lo, int64_t hi, const at::Tensor& source,
+           at::ScalarType type = at::kFloat) {
+    if (hi > lo) layout_.pieces.push_back({static_cast<int64_t>(datasets_.size()), lo, hi, 0, source});
+    datasets_.push_back({path, shape, type});
+    layout_.names.push_back(path);
+  }
+
+  // Every tensor of `params` under `group`; this rank writes the part of its stage's flat buffer
+  // it holds (`flat` is elements [shard.begin, shard.end)).
+  void add_flat(const std::string& group, const std::vector<TensorEntry>& params, const Shard& shard,
+                const at::Tensor& flat) {
+    for (const auto& t : params) {
+      int64_t lo = 0, hi = 0;
+      if (t.stage == shard.stage) {
+        lo = std::max(shard.begin, t.offset) - t.offset;
+        hi = std::max(lo, std::min(shard.end, t.offset + t.numel) - t.offset);
+      }
+      add(dataset_name(group, t.name), t.shape, lo, hi, hi > lo ? flat.narrow(0, t.offset + lo - shard.begin, hi - lo) : at::Tensor());
+    }
+  }
+
+  // Every buffer, written whole by the rank whose shard carries it.
+  void add_buffers(const std::vector<TensorEntry>& buffers, const Shard& shard) {
+    for (const auto& b : buffers) {
+      const auto it = std::find_if(shard.buffers.begin(), shard.buffers.end(),
+                                   [&](const auto& p) { return p.first == b.name && b.stage == shard.stage; });
+      const bool writes = it != shard.buffers.end();
+      add(dataset_name("buffers", b.name), b.shape, 0, writes ? b.numel : 0, writes ? it->second.reshape({-1}) : at::Tensor());
+    }
+  }
+
+  // Every rank's RNG states, one row each per generator kind (the states of one kind have one
+  // size): the CPU generator's, and the CUDA generator's of ranks that train on a GPU. A kind is
+  // stored when every rank has one.
+  void add_rng_states(const Shard& shard) {
+    for (const auto& [name, state] : {std::pair<const char*, at::Tensor>{"/rng/cpu", shard.rng_state},
+                                      {"/rng/cuda", shard.cuda_rng_state}}) {
+      int everyone = state.defined() ? 1 : 0;
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everyone, 1, MPI_INT, MPI_MIN, comm_));
+      if (!everyone) continue;
+      const int64_t bytes = state.numel();
+      add(name, {size_, bytes}, rank_ * bytes, (rank_ + 1) * bytes, state, at::kByte);
+    }
+  }
+
+  // Rank 0 creates the file: the groups, then every dataset, each allocated at once at a fixed
+  // place and never filled; the places go to every rank, which finds its pieces' bytes there.
+  // One process creating the file costs a few milliseconds; the collective parallel-HDF5 create
+  // it replaces took 2-16 ms of every rank's time (benchmarks/README.md). A create or flush that
+  // fails (disk full, quota) removes the file and throws AgreedFault on every rank.
+  void create(const std::vector<std::string>& state_names) {
+    std::vector<int64_t> offsets(datasets_.size(), 0);
+    std::string failure;
+    if (rank_ == 0) failure = create_file(state_names, offsets);
+    if (const std::string agreed = comm::first_error(comm_, failure); !agreed.empty())
+      throw AgreedFault(not_saved(layout_.step, agreed, layout_.tmp_path, layout_.dir));
+    MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_INT64_T, 0, comm_));
+    for (auto& piece : layout_.pieces) {
+      const auto& d = datasets_[static_cast<size_t>(piece.dataset)];
+      piece.offset = offsets[static_cast<size_t>(piece.dataset)] + piece.lo * static_cast<int64_t>(at::elementSize(d.type));
+    }
+  }
+
+ private:
+  struct Dataset {
+    std::string path;
+    std::vector<int64_t> shape;
+    at::ScalarType type;
+  };
+
+  std::string create_file(const std::vector<std::string>& state_names, std::vector<int64_t>& offsets) {
+    std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+    Hid file(H5Fcreate(layout_.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file.valid()) return fmt::format("{}: cannot create {}: {}", who(), layout_.tmp_path, innermost(hdf5_error_text()));
+    std::vector<std::string> groups{"params", "optim", "buffers", "rng"};
+    for (const auto& s : state_names) groups.push_back("optim/" + s);
+    const Hid no_times = hdf5::groups_without_times();
+    const Hid creation = hdf5::creation_without_fill();
+    bool ok = true;
+    for (const auto& g : groups)
+      ok = ok && Hid(H5Gcreate2(file, g.c_str(), H5P_DEFAULT, no_times, H5P_DEFAULT)).valid();
+    for (size_t i = 0; i < datasets_.size() && ok; ++i) {
+      const auto& d = datasets_[i];
+      std::vector<hsize_t> dims(d.shape.begin(), d.shape.end());
+      Hid space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+      Hid dataset(space.valid() ? H5Dcreate2(file, d.path.c_str(), file_type(d.type), space, H5P_DEFAULT, creation, H5P_DEFAULT)
+                                : H5I_INVALID_HID);
+      const haddr_t address = dataset.valid() ? H5Dget_offset(dataset) : HADDR_UNDEF;
+      ok = address != HADDR_UNDEF;
+      offsets[i] = static_cast<int64_t>(address);
+    }
+    // After a flush that wrote every piece of metadata, the close has nothing left to fail on.
+    if (ok && H5Fflush(file, H5F_SCOPE_LOCAL) >= 0) return "";
+    // See add_attributes: a file whose writes failed is emptied before HDF5 closes it.
+    const std::string failure = fmt::format("{}: laying out {} failed: {}", who(), layout_.tmp_path, innermost(hdf5_error_text()));
+    std::error_code ignored;
+    fs::resize_file(layout_.tmp_path, 0, ignored);
+    file.reset();
+    H5Eclear2(H5E_DEFAULT);
+    fs::remove(layout_.tmp_path, ignored);
+    return failure;
+  }
+
+  Layout& layout_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::vector<Dataset> datasets_;
+};
+
+// Part 1 (collective, main thread): the file of `meta.step` created in `dir` with every dataset
+// in place; `shard`'s tensors are where this rank's pieces will be written from.
+Layout lay_out(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
+               const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers, const Shard& shard,
+               MPI_Comm comm) {
+  hdf5::quiet();
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  Layout layout;
+  layout.dir = dir;
+  layout.step = meta.step;
+  layout.final_path = dir + "/" + step_file(meta.step);
+  layout.tmp_path = layout.final_path + ".tmp";
+  if (rank == 0) fs::create_directories(dir);
+  FileLayout file(layout, comm);
+  file.add_flat("params", params, shard, shard.params);
+  for (size_t k = 0; k < state_names.size(); ++k) file.add_flat("optim/" + state_names[k], params, shard, shard.states[k].second);
+  file.add_buffers(buffers, shard);
+  file.add_rng_states(shard);
+  file.create(state_names);
+  return layout;
+}
+
+// Part 2 (any thread; no HDF5, no MPI): this rank's pieces written at their places, each in
+// pwrites of at most kWritePieceBytes (benchmarks/README.md, "Checkpoint I/O": large writes into
+// the page cache ran several times slower than 1 MB ones), and checksummed. A failure (disk
+// full, quota) is returned, not thrown: the ranks agree on it in part 3.
+Written write_pieces(const Layout& layout) {
+  Stopwatch watch;
+  Written written;
+  const int fd = ::open(layout.tmp_path.c_str(), O_WRONLY);
+  if (fd < 0) {
+    written.error = fmt::format("{}: cannot open {}: {}", who(), layout.tmp_path, std::strerror(errno));
+    return written;
+  }
+  for (const auto& piece : layout.pieces) {
+    const at::Tensor& data = piece.source;
+    const auto* bytes = static_cast<const char*>(data.data_ptr());
+    const int64_t total = data.numel() * static_cast<int64_t>(data.element_size());
+    for (int64_t done = 0; done < total && written.error.empty();) {
+      const ssize_t n = ::pwrite(fd, bytes + done, static_cast<size_t>(std::min(kWritePieceBytes, total - done)),
+                                 static_cast<off_t>(piece.offset + done));
+      if (n > 0) {
+        done += n;
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        written.error = fmt::format("{}: writing {} failed: {}", who(), layout.names[static_cast<size_t>(piece.dataset)],
+                                    n < 0 ? std::strerror(errno) : "no progress");
+      }
+    }
+    if (!written.error.empty()) break;
+    written.blocks.push_back({piece.dataset, piece.lo, piece.hi, static_cast<int64_t>(crc_of(data))});
+  }
+  // The written pages leave the page cache. This run never reads a checkpoint back, so they would
+  // only crowd out the dataset's; and the next save gets pages the kernel has just freed, which
+  // measured faster than fresh ones (benchmarks/README.md, "Checkpoint I/O"). Best effort: a
+  // file system that ignores the advice loses nothing.
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  if (::close(fd) != 0 && written.error.empty())
+    written.error = fmt::format("{}: closing {} failed: {}", who(), layout.tmp_path, std::strerror(errno));
+  // Fault injection for the tests: TRIDENT_TEST_KILL_DURING_SAVE=STEP kills every rank after its
+  // pieces are written but before the file is committed, as a node failure or scancel -s KILL
+  // would (under checkpoint.async, on the writer thread, while training goes on).
+  if (const char* kill_at = std::getenv("TRIDENT_TEST_KILL_DURING_SAVE"); kill_at && std::atoll(kill_at) == layout.step)
+    std::raise(SIGKILL);
+  written.seconds = watch.seconds();
+  return written;
+}
+
+// Rank 0: the checksums (every rank's blocks, by dataset) and the metadata as attributes, the
+// file opened on its own (the data is in it). "" or the failure; a failed file is emptied first
+// (see FileLayout::discard).
+std::string add_attributes(const Layout& layout, const std::vector<int64_t>& all_blocks, const Meta& meta) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  std::vector<std::vector<int64_t>> blocks(layout.names.size());
+  for (size_t i = 0; i + 3 < all_blocks.size(); i += 4) {
+    auto& b = blocks[static_cast<size_t>(all_blocks[i])];
+    b.insert(b.end(), {all_blocks[i + 1], all_blocks[i + 2], all_blocks[i + 3]});
+  }
+  Hid file(H5Fopen(layout.tmp_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+  if (!file.valid()) return fmt::format("{}: cannot reopen {}: {}", who(), layout.tmp_path, innermost(hdf5_error_text()));
+  bool ok = true;
+  for (size_t d = 0; d < layout.names.size() && ok; ++d) {
+    Hid dataset(H5Dopen2(file, layout.names[d].c_str(), H5P_DEFAULT));
+    const hsize_t n = std::max<size_t>(blocks[d].size(), 1);
+    if (blocks[d].empty()) blocks[d] = {0};  // an empty tensor: one padding value, no blocks
+    Hid space(H5Screate_simple(1, &n, nullptr));
+    Hid attr(dataset.valid() && space.valid()
+                 ? H5Acreate2(dataset, "crc32_blocks", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)
+                 : H5I_INVALID_HID);
+    ok = attr.valid() && H5Awrite(attr, H5T_NATIVE_INT64, blocks[d].data()) >= 0;
+  }
+  if (ok) {
+    const std::string text = meta_text(meta);
+    hdf5::write_string_attribute(file, "meta", text);
+    hdf5::write_string_attribute(file, "deck", meta.deck);
+    hdf5::write_int_attribute(file, "meta_crc32", text_crc(text));
+    ok = H5Fflush(file, H5F_SCOPE_LOCAL) >= 0;
+  }
+  if (ok) return "";
+  const std::string failure = fmt::format("{}: writing the checksums of {} failed: {}", who(), layout.tmp_path,
+                                          innermost(hdf5_error_text()));
+  std::error_code ignored;
+  fs::resize_file(layout.tmp_path, 0, ignored);
+  file.reset();
+  H5Eclear2(H5E_DEFAULT);
+  return failure;
+}
+
+// Part 3 (collective, main thread, once every rank's part 2 is done): agreement, checksums,
+// metadata, commit. A failure anywhere removes the file and throws AgreedFault on every rank.
+std::string finish(const Layout& layout, const Written& written, const Meta& meta, MPI_Comm comm, int keep_last) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::error_code ignored;
+  if (const std::string failure = comm::first_error(comm, written.error); !failure.empty()) {
+    if (rank == 0) fs::remove(layout.tmp_path, ignored);
+    MPI_CHECK(MPI_Barrier(comm));
+    throw AgreedFault(not_saved(layout.step, failure, layout.tmp_path, layout.dir));
+  }
+  // Rank 0 learns every rank's blocks.
+  std::vector<int64_t> mine;
+  for (const auto& b : written.blocks) mine.insert(mine.end(), {b.dataset, b.begin, b.end, b.crc});
+  const int my_count = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  MPI_CHECK(MPI_Gather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[static_cast<size_t>(r)] = total;
+    total += counts[static_cast<size_t>(r)];
+  }
+  std::vector<int64_t> all(static_cast<size_t>(rank == 0 ? total : 0));
+  MPI_CHECK(MPI_Gatherv(mine.data(), my_count, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T, 0, comm));
+  std::string attribute_error;
+  if (rank == 0) {
+    attribute_error = add_attributes(layout, all, meta);
+    if (!attribute_error.empty()) fs::remove(layout.tmp_path, ignored);
+  }
+  if (const std::string failure = comm::first_error(comm, attribute_error); !failure.empty())
+    throw AgreedFault(not_saved(layout.step, failure, layout.tmp_path, layout.dir));
+  if (rank == 0) commit(layout.dir, layout.tmp_path, layout.step, keep_last);
+  MPI_CHECK(MPI_Barrier(comm));
+  return layout.final_path;
+}
+
 }  // namespace
 
 std::string save(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
                  const Shard& shard, MPI_Comm comm, int keep_last) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
-  hdf5::quiet();
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  const std::string final_path = dir + "/" + step_file(meta.step);
-  const std::string tmp_path = final_path + ".tmp";
-  if (rank == 0) fs::create_directories(dir);
-  MPI_CHECK(MPI_Barrier(comm));
+  const Layout layout = lay_out(dir, meta, params, state_names, buffers, shard, comm);
+  return finish(layout, write_pieces(layout), meta, comm, keep_last);
+}
 
-  FileWriter writer(tmp_path, comm);
-  writer.create_groups(state_names);
-  writer.write_flat("params", params, shard, shard.params);
-  for (size_t k = 0; k < state_names.size(); ++k)
-    writer.write_flat("optim/" + state_names[k], params, shard, shard.states[k].second);
-  writer.write_buffers(buffers, shard);
-  writer.write_rng_states(shard);
-  writer.write_checksums();
-  writer.write_meta(meta);
-  if (const std::string failure = writer.flush(); !failure.empty()) {
-    writer.discard();  // the last good checkpoint stays
-    throw AgreedFault(fmt::format("checkpoint of step {} not saved: {}. Removed {}; the previous checkpoint and "
-                                  "'latest' are unchanged. Free space in {} and resume with --resume auto",
-                                  meta.step, failure, tmp_path, dir));
+// ---- background save ------------------------------------------------------------------------
+
+struct BackgroundSave::Impl {
+  Meta meta;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int keep_last = 1;
+  Layout layout;
+  // The copies the thread takes first: (from live, into the snapshot), both contiguous on the host.
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+  std::mutex mutex;
+  std::condition_variable snapshot_cv;
+  bool snapshot_taken = false;
+  std::atomic<bool> finished{false};
+  Written written;
+  double thread_seconds = 0;
+  std::thread thread;
+
+  void run() {
+    Stopwatch watch;
+    // Fault injection for the tests: TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS=N makes the thread wait
+    // N ms before its copies and again before writing, so that the update must wait for the
+    // copies and the next save for the write.
+    const char* slow = std::getenv("TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS");
+    const auto pause = std::chrono::milliseconds(slow ? std::atoll(slow) : 0);
+    std::this_thread::sleep_for(pause);
+    for (auto& [from, into] : copies)
+      std::memcpy(into.data_ptr(), from.data_ptr(), static_cast<size_t>(from.numel()) * from.element_size());
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      snapshot_taken = true;
+      copies.clear();  // drops the handles on live tensors
+    }
+    snapshot_cv.notify_all();
+    std::this_thread::sleep_for(pause);
+    written = write_pieces(layout);
+    thread_seconds = watch.seconds();
+    finished.store(true, std::memory_order_release);
   }
-  writer.close();  // every rank's data is in the file
-  if (rank == 0) release_page_cache(tmp_path);
+};
 
-  // Fault injection for the tests: TRIDENT_TEST_KILL_DURING_SAVE=STEP kills every rank after the
-  // file is written but before it is committed, as a node failure or scancel -s KILL would.
-  if (const char* kill_at = std::getenv("TRIDENT_TEST_KILL_DURING_SAVE"); kill_at && std::atoll(kill_at) == meta.step)
-    std::raise(SIGKILL);
-  if (rank == 0) commit(dir, tmp_path, meta.step, keep_last);
-  MPI_CHECK(MPI_Barrier(comm));
-  return final_path;
+namespace {
+// `into` as a host float tensor of `like`'s size, reused when it already is one.
+void host_buffer_like(at::Tensor& into, const at::Tensor& like) {
+  if (!into.defined() || into.numel() != like.numel() || into.scalar_type() != like.scalar_type())
+    into = at::empty({like.numel()}, like.options().device(at::kCPU));
+}
+}  // namespace
+
+BackgroundSave::BackgroundSave(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
+                               const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
+                               const Shard& live, Shard& snapshot, MPI_Comm comm, int keep_last)
+    : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  im.meta = meta;
+  im.comm = comm;
+  im.keep_last = keep_last;
+  snapshot.stage = live.stage;
+  snapshot.begin = live.begin;
+  snapshot.end = live.end;
+  // Parameters and optimizer states: the thread copies host tensors; a GPU's are copied now.
+  auto stage_copy = [&](const at::Tensor& from, at::Tensor& into) {
+    host_buffer_like(into, from);
+    if (from.is_cpu() && from.is_contiguous())
+      im.copies.emplace_back(from, into);
+    else
+      into.copy_(from.reshape({-1}));
+  };
+  stage_copy(live.params, snapshot.params);
+  snapshot.states.resize(live.states.size());
+  for (size_t k = 0; k < live.states.size(); ++k) {
+    snapshot.states[k].first = live.states[k].first;
+    stage_copy(live.states[k].second, snapshot.states[k].second);
+  }
+  snapshot.buffers.clear();
+  for (const auto& [name, b] : live.buffers) snapshot.buffers.emplace_back(name, b.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  snapshot.rng_state = live.rng_state.defined() ? live.rng_state.clone() : at::Tensor();
+  snapshot.cuda_rng_state = live.cuda_rng_state.defined() ? live.cuda_rng_state.clone() : at::Tensor();
+  im.layout = lay_out(dir, meta, params, state_names, buffers, snapshot, comm);
+  im.thread = std::thread([&im] { im.run(); });
+}
+
+BackgroundSave::~BackgroundSave() {
+  if (impl_ && impl_->thread.joinable()) impl_->thread.join();
+}
+
+int64_t BackgroundSave::step() const { return impl_->meta.step; }
+
+void BackgroundSave::wait_for_snapshot() {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  impl_->snapshot_cv.wait(lock, [&] { return impl_->snapshot_taken; });
+}
+
+bool BackgroundSave::written() const { return impl_->finished.load(std::memory_order_acquire); }
+
+double BackgroundSave::wait() {
+  Stopwatch watch;
+  if (impl_->thread.joinable()) impl_->thread.join();
+  return watch.seconds();
+}
+
+double BackgroundSave::write_seconds() const { return impl_->thread_seconds; }
+
+std::string BackgroundSave::commit() {
+  wait();
+  return finish(impl_->layout, impl_->written, impl_->meta, impl_->comm, impl_->keep_last);
 }
 
 // ---- read ----------------------------------------------------------------------------------

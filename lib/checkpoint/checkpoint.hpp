@@ -55,6 +55,38 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
                  const Shard& shard, MPI_Comm comm, int keep_last);
 
+// checkpoint.async: a save that blocks training only while the file is laid out (collective,
+// HDF5) and, at a later step boundary, committed; a thread of this rank copies the shard's
+// parameters and optimizer state into `snapshot` and writes them in between (save()'s three parts,
+// see checkpoint.cpp: the thread makes no HDF5 and no MPI call). The file is the one save() writes.
+class BackgroundSave {
+ public:
+  // Collective over `comm`, with save()'s arguments; `live` is the shard as training holds it.
+  // Buffers and RNG states (small) are copied here; parameters and optimizer states are copied
+  // by the thread into `snapshot`, host tensors the caller keeps from save to save (allocated here
+  // when their sizes change; a GPU shard is copied here, at once). Until snapshot_taken(), live's
+  // parameters and states must not change: the caller waits for it before its next update.
+  BackgroundSave(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
+                 const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
+                 const Shard& live, Shard& snapshot, MPI_Comm comm, int keep_last);
+  ~BackgroundSave();  // joins the thread; a file not committed stays as step_N.h5.tmp
+  BackgroundSave(const BackgroundSave&) = delete;
+  BackgroundSave& operator=(const BackgroundSave&) = delete;
+
+  int64_t step() const;
+  void wait_for_snapshot();  // until the copies are taken (at once when they already are)
+  bool written() const;      // this rank's thread has finished (written or failed); no wait
+  double wait();             // joins the thread; the seconds waited
+  double write_seconds() const;  // the thread's copy and write time (after wait())
+  // Collective, after wait() on every rank: commits the file and returns its path, or removes it
+  // and throws AgreedFault on every rank when any rank's write failed (as save() does).
+  std::string commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Reads a checkpoint; every read block is checked against its CRC-32. Problems throw BadInput
 // naming the file and the tensor.
 class Reader {

@@ -78,7 +78,11 @@
   X(checkpoint, every_steps, int64_t, 0,                                                        \
     "save every N steps (and always at the end, and on SIGUSR1/SIGTERM); 0 = off")              \
   X(checkpoint, every_minutes, double, 0.0, "save every N minutes (rank 0's clock); 0 = off")   \
-  X(checkpoint, keep_last, int64_t, 2, "checkpoints kept; older ones are pruned")
+  X(checkpoint, keep_last, int64_t, 2, "checkpoints kept; older ones are pruned")               \
+  X(checkpoint, async, bool, true,                                                              \
+    "periodic saves are written by a background thread while training goes on (training waits " \
+    "only for the file's layout, the commit at a later step, and a save still in flight when the " \
+    "next is due); the final save and a signal's save are whole before the run ends")
 
 #define TRIDENT_DECK_FIELDS(X)                                                                  \
   TRIDENT_DECK_RUN(X) TRIDENT_DECK_DATA(X) TRIDENT_DECK_MODEL(X) TRIDENT_DECK_PARALLEL(X)       \

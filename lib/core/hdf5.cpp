@@ -28,25 +28,19 @@ void Hid::reset() {
   id_ = H5I_INVALID_HID;
 }
 
-Hid parallel_file_access(MPI_Comm comm, const std::vector<std::pair<std::string, std::string>>& hints) {
-  MPI_Info info;
-  MPI_CHECK(MPI_Info_create(&info));
-  for (const auto& [key, value] : hints) MPI_CHECK(MPI_Info_set(info, key.c_str(), value.c_str()));
-  Hid access(HDF5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-  HDF5_CHECK(H5Pset_fapl_mpio(access, comm, info));  // HDF5 keeps its own copy of the hints
-  MPI_CHECK(MPI_Info_free(&info));
-  return access;
-}
-
-Hid independent_transfer() {
-  Hid transfer(HDF5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-  HDF5_CHECK(H5Pset_dxpl_mpio(transfer, H5FD_MPIO_INDEPENDENT));
-  return transfer;
-}
-
 Hid creation_without_fill() {
   Hid creation(HDF5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
   HDF5_CHECK(H5Pset_fill_time(creation, H5D_FILL_TIME_NEVER));
+  HDF5_CHECK(H5Pset_alloc_time(creation, H5D_ALLOC_TIME_EARLY));
+  // No creation/modification times in the object headers: two saves of the same state are the
+  // same bytes.
+  HDF5_CHECK(H5Pset_obj_track_times(creation, 0));
+  return creation;
+}
+
+Hid groups_without_times() {
+  Hid creation(HDF5_CHECK(H5Pcreate(H5P_GROUP_CREATE)));
+  HDF5_CHECK(H5Pset_obj_track_times(creation, 0));
   return creation;
 }
 

@@ -43,10 +43,9 @@ class Hid {
   hid_t id_ = H5I_INVALID_HID;
 };
 
-// Property lists. File access through MPI-IO over `comm` with ROMIO `hints` (key, value).
-Hid parallel_file_access(MPI_Comm comm, const std::vector<std::pair<std::string, std::string>>& hints);
-Hid independent_transfer();   // dataset transfers as independent MPI-IO, one call per rank
-Hid creation_without_fill();  // datasets allocated at creation and never filled with a fill value
+// Property lists.
+Hid creation_without_fill();  // datasets allocated at creation, never filled with a fill value, no times
+Hid groups_without_times();   // group creation without creation/modification times
 
 bool is_hdf5_file(const std::string& path);
 bool link_exists(hid_t loc, const std::string& path);  // every component of a/b/c

@@ -118,7 +118,11 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["checkpoint"] = {{"saves", s.checkpoint_saves},
                      {"write_gb_per_s", rate_or_null(s.checkpoint_write_gb_per_s)},
                      {"read_gb_per_s", rate_or_null(s.checkpoint_read_gb_per_s)},
-                     {"blocked_s", s.time.checkpoint}};
+                     {"blocked_s", s.time.checkpoint},
+                     {"async", s.checkpoint_async},
+                     {"steps_while_writing", s.steps_while_writing},
+                     {"step_time_while_writing_s", s.step_time_while_writing_s},
+                     {"step_time_otherwise_s", s.step_time_otherwise_s}};
   r["time_to_safe_stop_s"] = s.time_to_safe_stop_s ? json(*s.time_to_safe_stop_s) : json(nullptr);
 
   const std::string tmp = path + ".tmp";

@@ -72,7 +72,12 @@ struct Summary {
   // A stop's cost: one step (mean) + the last save, the slowest rank's (train/safe_stop.hpp).
   std::optional<double> time_to_safe_stop_s;
   int64_t gathers = 0, gathers_prefetched = 0;  // ZeRO-3's layer gathers (rank 0)
-  double checkpoint_write_gb_per_s = 0, checkpoint_read_gb_per_s = 0;
+  double checkpoint_write_gb_per_s = 0, checkpoint_read_gb_per_s = 0;  // write: whole saves, background included
+  // checkpoint.async: steps trained while a background save was being written, and the mean step
+  // then and otherwise (the slowest rank's).
+  bool checkpoint_async = false;
+  int64_t steps_while_writing = 0;
+  double step_time_while_writing_s = 0, step_time_otherwise_s = 0;
 };
 
 void write_report_json(const std::string& path, const Summary& summary);

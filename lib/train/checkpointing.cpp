@@ -95,28 +95,40 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
 
 std::string checkpoint_dir(const config::Deck& deck) { return deck.run.output_dir + "/checkpoints"; }
 
-void save_checkpoint(Trainer::State& s, int64_t step) {
-  Stopwatch watch;
+namespace {
+
+// What this rank saves of the stage, as training holds it: elements [begin, end) of the flat
+// parameters and of each optimizer state (the partition of owned_range), the stage's buffers on
+// its dp rank 0, the RNG states. `on_host`: GPU tensors copied to host memory first (the
+// synchronous writer checksums and writes bytes through host pointers; on the CPU .cpu() is the
+// tensor itself).
+checkpoint::Shard live_shard(Trainer::State& s, bool on_host) {
+  auto host = [&](const at::Tensor& t) { return on_host ? t.cpu() : t; };
   const auto range = owned_range(s.conn, s.stage);
   const int64_t n = range.end - range.begin;
   checkpoint::Shard shard;
   shard.stage = s.conn.topology->stage();
   shard.begin = range.begin;
   shard.end = range.end;
-  // A GPU rank's shard is copied to host memory first: the writer checksums and writes bytes
-  // through host pointers (on the CPU .cpu() is the tensor itself).
-  shard.params = (s.stage.grad_sync->params_partitioned() ? s.stage.grad_sync->optimizer_params()
-                                                   : s.stage.grad_sync->full_params().narrow(0, range.begin, n))
-                     .cpu();
+  shard.params = host(s.stage.grad_sync->params_partitioned() ? s.stage.grad_sync->optimizer_params()
+                                                              : s.stage.grad_sync->full_params().narrow(0, range.begin, n));
   for (auto& [name, state] : s.stage.optimizer->state())
-    shard.states.emplace_back(name, (s.stage.grad_sync->sharded() ? state : state.narrow(0, range.begin, n)).cpu());
+    shard.states.emplace_back(name, host(s.stage.grad_sync->sharded() ? state : state.narrow(0, range.begin, n)));
   if (s.conn.topology->dp_rank() == 0)
     for (const auto& b : s.stage.model->named_buffers())
-      if (b.value().is_floating_point()) shard.buffers.emplace_back(b.key(), b.value().cpu());
+      if (b.value().is_floating_point()) shard.buffers.emplace_back(b.key(), host(b.value()));
   shard.rng_state = at::detail::getDefaultCPUGenerator().get_state();
   if (s.conn.torch_device.is_cuda()) shard.cuda_rng_state = cuda_generator(s.conn).get_state();
-  std::vector<std::string> state_names;
-  for (auto& st : s.stage.optimizer->state()) state_names.push_back(st.first);
+  return shard;
+}
+
+std::vector<std::string> state_names_of(Trainer::State& s) {
+  std::vector<std::string> names;
+  for (auto& st : s.stage.optimizer->state()) names.push_back(st.first);
+  return names;
+}
+
+checkpoint::Meta meta_of(Trainer::State& s, int64_t step) {
   checkpoint::Meta meta;
   meta.step = step;
   meta.epoch = s.stage.sampler->epoch_of(step);
@@ -135,14 +147,61 @@ void save_checkpoint(Trainer::State& s, int64_t step) {
     meta.loss_scale_good_steps = s.stage.scaler->good_steps();
     meta.skipped_steps = s.stage.scaler->skipped_steps();
   }
-  const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta, s.stage.plan->placed_parameters(), state_names, s.stage.plan->placed_buffers(), shard,
+  return meta;
+}
+
+// A committed save counted, `total_s` from its start to its commit (the training time it blocked
+// is counted in s.times.checkpoint as it passes).
+void count_save(Trainer::State& s, double total_s) {
+  const auto range = owned_range(s.conn, s.stage);
+  s.save_seconds += total_s;
+  s.last_save_s = total_s;
+  ++s.saves;
+  s.bytes_written += sum_over_ranks(
+      s, 4.0 * static_cast<double>((range.end - range.begin) * (1 + static_cast<int64_t>(s.stage.optimizer->state().size()))));
+}
+
+}  // namespace
+
+void save_checkpoint(Trainer::State& s, int64_t step) {
+  commit_background_save(s);
+  Stopwatch watch;
+  const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta_of(s, step), s.stage.plan->placed_parameters(),
+                                            state_names_of(s), s.stage.plan->placed_buffers(), live_shard(s, /*on_host=*/true),
                                             s.conn.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
   const double seconds = watch.seconds();
   s.times.checkpoint += seconds;
-  s.last_save_s = seconds;
-  ++s.saves;
-  s.bytes_written += sum_over_ranks(s, 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(state_names.size()))));
-  log::info("checkpoint {} written in {:.2f} s", path, seconds);
+  count_save(s, seconds);
+  log::info("checkpoint {} written in {:.3f} s", path, seconds);
+}
+
+void start_background_save(Trainer::State& s, int64_t step) {
+  if (s.background_save && !s.background_save->written())
+    log::info("checkpoint: the save of step {} is still being written; the save of step {} waits for it",
+              s.background_save->step(), step);
+  commit_background_save(s);
+  Stopwatch watch;
+  s.background_save = std::make_unique<checkpoint::BackgroundSave>(
+      checkpoint_dir(s.deck), meta_of(s, step), s.stage.plan->placed_parameters(), state_names_of(s), s.stage.plan->placed_buffers(),
+      live_shard(s, /*on_host=*/false), s.snapshot, s.conn.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
+  s.background_start_s = s.background_blocked_s = watch.seconds();
+  s.background_copy_wait_s = 0;
+  s.times.checkpoint += s.background_start_s;
+}
+
+void commit_background_save(Trainer::State& s) {
+  if (!s.background_save) return;
+  auto save = std::move(s.background_save);  // gone even when the commit throws
+  Stopwatch watch;
+  const double waited = save->wait();
+  const std::string path = save->commit();
+  const double blocked = watch.seconds();
+  s.times.checkpoint += blocked;
+  s.background_blocked_s += blocked;
+  count_save(s, s.background_start_s + save->write_seconds() + (blocked - waited));
+  log::info("checkpoint {} written in the background in {:.2f} s; it blocked training for {:.3f} s (layout {:.3f}, "
+            "update waiting for the copies {:.3f}, waiting for the write {:.3f}, commit {:.3f})",
+            path, s.last_save_s, s.background_blocked_s, s.background_start_s, s.background_copy_wait_s, waited, blocked - waited);
 }
 
 

@@ -150,6 +150,15 @@ void train_step(Trainer::State& s, int64_t step, data::Prefetcher* loader, StepT
       s.stage.pipeline->run_step(static_cast<int>(s.stage.plan->accumulation()), s.stage.plan->micro_batch(), [&] { return loader->next(); },
                            *s.stage.grad_sync, loss_factor, s.times.forward, s.times.backward);
   s.stage.grad_sync->finish();
+  // A background save copies the parameters and optimizer state while this step's forward and
+  // backward run; the update must not change them before it has (checkpoint.hpp, BackgroundSave).
+  if (s.background_save) {
+    Stopwatch waiting;
+    s.background_save->wait_for_snapshot();
+    s.times.checkpoint += waiting.seconds();
+    s.background_blocked_s += waiting.seconds();
+    s.background_copy_wait_s += waiting.seconds();
+  }
   const double lr = s.stage.schedule.at(step);
   ScopedTimer t(s.times.optimizer);
   torch::NoGradGuard no_grad;

@@ -213,9 +213,10 @@ Result already_trained(Trainer::State& s) {
 // What happens at a step boundary, agreed by every rank: log (every run.log_every steps and the
 // last), save (checkpoint.every_steps, checkpoint.every_minutes by rank 0's clock, a stop
 // signal; never the last step, which the end of the run saves), stop (SIGUSR1/SIGTERM on any
-// rank). One small all-reduce per step, on the host.
+// rank), commit (checkpoint.async: every rank's writer has finished the save in flight). One
+// small all-reduce per step, on the host.
 struct StepBoundary {
-  bool log = false, save = false, stop = false;
+  bool log = false, save = false, stop = false, commit = false;
 };
 
 StepBoundary agree_at_step_end(Trainer::State& s, int64_t steps_done, const Stopwatch& since_save) {
@@ -224,13 +225,15 @@ StepBoundary agree_at_step_end(Trainer::State& s, int64_t steps_done, const Stop
                             s.conn.world.rank == 0 && deck.checkpoint.every_minutes > 0 &&
                                     since_save.seconds() >= 60.0 * deck.checkpoint.every_minutes
                                 ? 1.0
-                                : 0.0};
+                                : 0.0,
+                            s.background_save && !s.background_save->written() ? 1.0 : 0.0};
   s.conn.world_comm->reduce_numbers(flags, comm::Reduce::max);
   const bool by_steps = deck.checkpoint.every_steps > 0 && steps_done % deck.checkpoint.every_steps == 0;
   StepBoundary due;
   due.stop = flags[0] != 0;
   due.save = (due.stop || flags[1] != 0 || by_steps) && steps_done < s.stage.total_steps;
   due.log = steps_done % deck.run.log_every == 0 || steps_done == s.stage.total_steps;
+  due.commit = s.background_save && flags[2] == 0;  // every rank has one in flight, or none
   return due;
 }
 
@@ -358,9 +361,13 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
   run.epoch_steps = 0;
   for (int64_t step = first; step < end; ++step) {
     run.profiler.before_step(step);
+    const bool writing = s.background_save && !s.background_save->written();
     Stopwatch step_watch;
     train_step(s, step, loader.get(), run.tally);
-    run.step_seconds += step_watch.seconds();
+    const double step_s = step_watch.seconds();
+    run.step_seconds += step_s;
+    (writing ? s.step_s_while_writing : s.step_s_otherwise) += step_s;
+    ++(writing ? s.steps_while_writing : s.steps_otherwise);
     ++run.steps_trained;
     run.steps_done = step + 1;
     run.profiler.after_step(step);
@@ -372,10 +379,18 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     // The device's decisions reach the host where the host needs them (a divergence stops here).
     if (s.device_step && (due.log || due.save || due.stop || step + 1 == end)) read_device_step(s, run.tally);
     if (due.log) run.progress.log(s, step + 1, epoch, s.stage.schedule.at(step), run.tally);
-    if (due.save) {
-      save_checkpoint(s, step + 1);
-      run.since_save.reset();
+    if (due.commit) {
+      commit_background_save(s);
       check_signal_lead(s, run);
+    }
+    if (due.save) {
+      // A stop's save is whole before the run exits 3 (save_checkpoint commits one in flight first).
+      if (s.deck.checkpoint.async && !due.stop)
+        start_background_save(s, step + 1);
+      else
+        save_checkpoint(s, step + 1);
+      run.since_save.reset();
+      if (!s.background_save) check_signal_lead(s, run);
     }
     if (due.log || due.save) update_goodput(s, run, loader.get());
     if (due.stop) {

@@ -86,6 +86,16 @@ struct Trainer::State {
   double bytes_written = 0;
   double last_save_s = 0;  // this rank's last save, write to commit
   std::unique_ptr<GoodputLog> goodput;  // rank 0: this process's record in goodput.jsonl
+  double save_seconds = 0;  // whole saves, first call to commit, background writes included
+  // checkpoint.async: the save in flight (at most one), the host copy its thread writes from
+  // (kept from save to save), the time it took to start (layout) and the training time it has
+  // blocked so far (its start, the update waiting for its copies, a next save waiting for it).
+  std::unique_ptr<checkpoint::BackgroundSave> background_save;
+  checkpoint::Shard snapshot;
+  double background_start_s = 0, background_copy_wait_s = 0, background_blocked_s = 0;
+  // Steps trained while a background save was being written, and the others (report.json).
+  int64_t steps_while_writing = 0, steps_otherwise = 0;
+  double step_s_while_writing = 0, step_s_otherwise = 0;
   std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
 };
 
@@ -111,8 +121,15 @@ Restored restore(const config::Deck& deck, const Connection& conn, StageParts& s
 
 // <run.output_dir>/checkpoints
 std::string checkpoint_dir(const config::Deck& deck);
-// Writes and commits the checkpoint of step `step` (collective), counted in s.times/saves/bytes.
+// Writes and commits the checkpoint of step `step` (collective), counted in s.times/saves/bytes;
+// a background save still in flight is committed first.
 void save_checkpoint(Trainer::State& s, int64_t step);
+// checkpoint.async: starts the background save of step `step` (collective); one still in flight
+// is waited for (the wait is logged) and committed first.
+void start_background_save(Trainer::State& s, int64_t step);
+// Commits the background save in flight, if any (collective): waits for this rank's writer first.
+// A write that failed on any rank throws AgreedFault (the file removed, `latest` unchanged).
+void commit_background_save(Trainer::State& s);
 
 // One host number summed / maximised over every rank of the run (s.world_comm).
 double sum_over_ranks(Trainer::State& s, double local);

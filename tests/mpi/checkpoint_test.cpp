@@ -63,6 +63,34 @@ TEST(Checkpoint, SavingDoesNotChangeTheTrainingPath) {
                                saving.output_dir + "/checkpoints/step_0000006.h5", "ck_saving (cnn)");
 }
 
+// checkpoint.async: saves written by a background thread while training goes on are the files a
+// synchronous save writes (every dataset and checksum, byte for byte), and training takes the
+// same path (the final files match). The thread is slowed (50 ms before its copies and before
+// its write), so the next update must wait for the copies (without that wait the file would hold
+// the next step's parameters) and, saving every step, each save waits for the one in flight;
+// ZeRO-3 saves partitioned parameters.
+TEST(Checkpoint, BackgroundSavesWriteTheSameFilesAsSynchronousOnes) {
+  setenv("TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS", "50", 1);
+  for (const auto& [zero, every] : {std::pair<int, int>{0, 1}, {3, 2}}) {
+    auto deck = tiny_deck("cnn", "ck_async");  // batch norm: buffers in the file
+    deck.run.max_steps = 6;
+    deck.parallel.zero = zero;
+    deck.checkpoint.every_steps = every;
+    deck.checkpoint.keep_last = 6;
+    const std::string name = "ck_async_zero" + std::to_string(zero);
+    deck.checkpoint.async = false;
+    const auto sync = run_in(deck, MPI_COMM_WORLD, dir_for(name + "_sync", MPI_COMM_WORLD), "never");
+    deck.checkpoint.async = true;
+    const auto async = run_in(deck, MPI_COMM_WORLD, dir_for(name + "_async", MPI_COMM_WORLD), "never");
+    for (int step = every; step <= 6; step += every) {
+      const std::string file = fmt::format("/checkpoints/step_{:07d}.h5", step);
+      ASSERT_TRUE(fs::exists(async.output_dir + file)) << name << ": no " << file;
+      expect_identical_checkpoints(sync.output_dir + file, async.output_dir + file, name + " step " + std::to_string(step));
+    }
+  }
+  unsetenv("TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS");
+}
+
 TEST(Checkpoint, ResumeIsBitExactPipeline) {
   if (world_size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
   auto deck = tiny_deck("cnn", "ck_pp");

@@ -43,7 +43,7 @@ TEST(Deck, KeysArePinnedAndEachHasHelp) {
       "optim.lr_schedule", "optim.warmup_steps", "optim.min_lr", "optim.weight_decay", "optim.momentum",
       "optim.beta1", "optim.beta2", "optim.eps", "optim.global_batch", "optim.micro_batch", "optim.max_micro_batch",
       "optim.clip_grad_norm",
-      "optim.precision", "checkpoint.every_steps", "checkpoint.every_minutes", "checkpoint.keep_last"};
+      "optim.precision", "checkpoint.every_steps", "checkpoint.every_minutes", "checkpoint.keep_last", "checkpoint.async"};
   std::vector<std::string> actual;
   for (const auto& f : config::deck_fields()) {
     actual.push_back(f.name());
