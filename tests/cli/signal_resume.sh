@@ -3,7 +3,9 @@
 # mid-training (as srun or `scancel --signal=USR1` deliver it to every task) commits a
 # checkpoint and exits 3; `--resume auto` continues from it and ends with the same final loss as
 # a run that was never stopped. (The signal goes to the ranks, not to mpiexec: Hydra forwards a
-# signal it receives, but then reports some ranks' exit codes as 0.)
+# signal it receives, but then reports some ranks' exit codes as 0.) The stopped run also saves
+# every 10 steps in the background, its writer slowed (TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS), so
+# that the signal finds a save in flight: the stop commits that one, then saves its own step.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set data.prefetch=0)
@@ -11,8 +13,9 @@ args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --se
   || fail "uninterrupted run failed: $(tail -3 straight.log)"
 
 marker=stopped_$$  # in the ranks' command line, so only this test's ranks get the signal
-"$mpiexec" -n 2 "$trident" train /dev/null --set run.name=stopped --set run.output_dir=runs/stopped \
-  --set run.seed=1234 --set "checkpoint.keep_last=2" "${args[@]}" --set "run.name=$marker" >stopped.log 2>&1 &
+TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS=300 "$mpiexec" -n 2 "$trident" train /dev/null --set run.name=stopped \
+  --set run.output_dir=runs/stopped --set run.seed=1234 --set checkpoint.keep_last=2 --set checkpoint.every_steps=10 \
+  "${args[@]}" --set "run.name=$marker" >stopped.log 2>&1 &
 launcher=$!
 for _ in $(seq 300); do grep -q "step 20/300" stopped.log 2>/dev/null && break; sleep 0.1; done
 pkill -USR1 -f "^$trident train .*run.name=$marker"  # the ranks, not mpiexec
@@ -24,8 +27,17 @@ cat stopped.log | tail -5
 [ "$rc" = 3 ] || fail "exit code $rc after SIGUSR1, expected 3"
 grep -q "stopped by a signal after step" stopped.log || fail "no stop message"
 [ -f runs/stopped/checkpoints/latest ] || fail "no checkpoint committed"
-"$trident" inspect "runs/stopped/checkpoints/$(cat runs/stopped/checkpoints/latest)" | grep -q "every block verified" \
-  || fail "the committed checkpoint does not verify"
+stop=$(grep -o "stopped by a signal after step [0-9]*" stopped.log | grep -o "[0-9]*$")
+[ "$(cat runs/stopped/checkpoints/latest)" = "step_$(printf %07d "$stop").h5" ] || fail "latest does not name the stop step $stop"
+# The save in flight when the signal came was committed first, then the stop's own save.
+grep -E "written in the background|written in [0-9.]* s$" stopped.log | tail -2 | sed 's/^/    /'
+inflight=$(grep -o "step_[0-9]*.h5 written in the background" stopped.log | tail -1 | grep -o "[0-9][0-9]*" | head -1)
+[ -n "$inflight" ] && [ $((10#$inflight)) -lt "$stop" ] || fail "no background save committed before the stop's save"
+grep -A1 "step_$inflight.h5 written in the background" stopped.log | tail -1 | grep -q "step_$(printf %07d "$stop").h5 written in" \
+  || fail "the stop's save did not come right after committing the save in flight"
+for f in "step_$inflight.h5" "step_$(printf %07d "$stop").h5"; do
+  "$trident" inspect "runs/stopped/checkpoints/$f" | grep -q "every block verified" || fail "$f does not verify"
+done
 
 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/stopped "${args[@]}" --resume auto >resumed.log 2>&1 \
   || fail "resumed run failed: $(tail -3 resumed.log)"
