@@ -474,6 +474,16 @@ Result Trainer::run() {
       }
       finish_run(s, run, result, wall);
     }
+  } catch (const Diverged&) {
+    // Every rank stops at the same step, so they can still commit together the save in flight:
+    // it holds a step before the divergence (saves start only after the step's checks passed).
+    try {
+      commit_background_save(s);
+    } catch (const AgreedFault& e) {  // the divergence stays the run's error
+      log::warn("{}", e.what());
+    }
+    if (s.goodput) s.goodput->close(kExitDiverged, goodput_progress(s, run));
+    throw;
   } catch (...) {
     if (s.goodput) s.goodput->close(exit_code_for(std::current_exception()), goodput_progress(s, run));
     throw;
