@@ -228,9 +228,9 @@ at::Tensor read_checked(hid_t dataset, const std::string& path, const std::strin
 // ---- save ----------------------------------------------------------------------------------
 //
 // A save has three parts, so that the middle one can run on a thread of its own
-// (checkpoint.async): the ranks lay the file out together (collective HDF5: every dataset created
-// and allocated at a fixed place, the file closed again); each rank writes its bytes at those
-// places with pwrite, and checksums them (no HDF5, no MPI); the ranks agree that every write
+// (checkpoint.async): rank 0 lays the file out (HDF5: every dataset created and allocated at a
+// fixed place, the file closed again) and tells every rank the places; each rank writes its
+// bytes there with pwrite, and checksums them (no HDF5, no MPI); the ranks agree that every write
 // succeeded, rank 0 adds the checksums and the metadata as attributes and commits the file.
 // HDF5 and MPI calls stay on the main thread: Debian's parallel HDF5 is not thread-safe (the
 // data prefetch thread shares it under hdf5::mutex()), and MPI from a second thread would need
@@ -368,6 +368,7 @@ class FileLayout {
 
   std::string create_file(const std::vector<std::string>& state_names, std::vector<int64_t>& offsets) {
     std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+    hdf5::quiet();
     Hid file(H5Fcreate(layout_.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
     if (!file.valid()) return fmt::format("{}: cannot create {}: {}", who(), layout_.tmp_path, innermost(hdf5_error_text()));
     std::vector<std::string> groups{"params", "optim", "buffers", "rng"};
@@ -405,12 +406,11 @@ class FileLayout {
   std::vector<Dataset> datasets_;
 };
 
-// Part 1 (collective, main thread): the file of `meta.step` created in `dir` with every dataset
-// in place; `shard`'s tensors are where this rank's pieces will be written from.
+// Part 1 (collective, main thread): the file of `meta.step` created in `dir` by rank 0 with every
+// dataset in place; `shard`'s tensors are where this rank's pieces will be written from.
 Layout lay_out(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers, const Shard& shard,
                MPI_Comm comm) {
-  hdf5::quiet();
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   Layout layout;
@@ -480,6 +480,7 @@ Written write_pieces(const Layout& layout) {
 // (see FileLayout::discard).
 std::string add_attributes(const Layout& layout, const std::vector<int64_t>& all_blocks, const Meta& meta) {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  hdf5::quiet();
   std::vector<std::vector<int64_t>> blocks(layout.names.size());
   for (size_t i = 0; i + 3 < all_blocks.size(); i += 4) {
     auto& b = blocks[static_cast<size_t>(all_blocks[i])];

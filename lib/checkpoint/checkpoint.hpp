@@ -1,8 +1,9 @@
 #pragma once
-// Distributed checkpoints (DESIGN.md "Checkpoint contract"): one parallel-HDF5 file per save,
+// Distributed checkpoints (DESIGN.md "Checkpoint contract"): one HDF5 file per save,
 // independent of the layout that wrote it. Every tensor is stored under its model name with
-// its full shape (/params/<name>, /optim/<state>/<name>, /buffers/<name>); each rank writes,
-// collectively, the elements it owns under the current dp/pp/ZeRO layout; each written block
+// its full shape (/params/<name>, /optim/<state>/<name>, /buffers/<name>); rank 0 lays the file
+// out and every rank writes, at the places it was given, the elements it owns under the current
+// dp/pp/ZeRO layout (save() in checkpoint.cpp says why not through MPI-IO); each written block
 // carries a CRC-32 so any reader can verify what it reads. Tensors are written from host memory
 // (a GPU rank stages its shard there first) and read into host memory. Written to a temporary name and
 // committed by rename, then `latest` is updated, then old ones are pruned.
@@ -55,8 +56,8 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
                  const Shard& shard, MPI_Comm comm, int keep_last);
 
-// checkpoint.async: a save that blocks training only while the file is laid out (collective,
-// HDF5) and, at a later step boundary, committed; a thread of this rank copies the shard's
+// checkpoint.async: a save that blocks training only while the file is laid out (rank 0, a few
+// milliseconds) and, at a later step boundary, committed; a thread of this rank copies the shard's
 // parameters and optimizer state into `snapshot` and writes them in between (save()'s three parts,
 // see checkpoint.cpp: the thread makes no HDF5 and no MPI call). The file is the one save() writes.
 class BackgroundSave {
