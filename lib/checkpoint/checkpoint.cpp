@@ -674,40 +674,47 @@ std::string BackgroundSave::commit() {
 Reader::Reader(const std::string& path) : path_(path) {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
-  if (!fs::exists(path)) fatal_all(fmt::format("checkpoint {}: no such file", path));
-  if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("checkpoint {}: not an HDF5 file (truncated?)", path));
-  file_ = std::make_unique<Hid>(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file_->valid()) fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it (truncated or damaged)", path));
-  const std::string text = hdf5::read_string_attribute(*file_, "meta");
-  long long stored_crc = -1;
-  if (H5Aexists(*file_, "meta_crc32") > 0) {
-    Hid attr(HDF5_CHECK(H5Aopen(*file_, "meta_crc32", H5P_DEFAULT)));
-    HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &stored_crc));
+  // A file that fails a check is closed here, under the HDF5 lock (as a member it would be closed
+  // after the lock is released, while the prefetch thread may be in HDF5).
+  try {
+    if (!fs::exists(path)) fatal_all(fmt::format("checkpoint {}: no such file", path));
+    if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("checkpoint {}: not an HDF5 file (truncated?)", path));
+    file_ = std::make_unique<Hid>(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    if (!file_->valid()) fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it (truncated or damaged)", path));
+    const std::string text = hdf5::read_string_attribute(*file_, "meta");
+    long long stored_crc = -1;
+    if (H5Aexists(*file_, "meta_crc32") > 0) {
+      Hid attr(HDF5_CHECK(H5Aopen(*file_, "meta_crc32", H5P_DEFAULT)));
+      HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &stored_crc));
+    }
+    if (text.empty() || stored_crc != text_crc(text))
+      fatal_all(fmt::format("checkpoint {}: metadata missing or damaged", path));
+    auto m = parse_lines(text);
+    if (m["format_version"] != std::to_string(kFormatVersion))
+      fatal_all(fmt::format("checkpoint {}: format version {} (this trident reads version {})", path,
+                            m["format_version"], kFormatVersion));
+    auto num = [&](const char* key) { return std::stoll(m[key]); };
+    meta_.step = num("step");
+    meta_.epoch = num("epoch");
+    meta_.cursor = num("cursor");
+    meta_.optimizer_steps = num("optimizer_steps");
+    meta_.global_batch = num("global_batch");
+    meta_.world = static_cast<int>(num("world"));
+    meta_.dp = static_cast<int>(num("dp"));
+    meta_.pp = static_cast<int>(num("pp"));
+    meta_.zero = static_cast<int>(num("zero"));
+    meta_.trident_version = m["trident_version"];
+    meta_.torch_version = m["torch_version"];
+    if (m.count("loss_scale")) {
+      meta_.loss_scale = std::stod(m["loss_scale"]);
+      meta_.loss_scale_good_steps = num("loss_scale_good_steps");
+      meta_.skipped_steps = num("skipped_steps");
+    }
+    meta_.deck = hdf5::read_string_attribute(*file_, "deck");
+  } catch (...) {
+    file_.reset();
+    throw;
   }
-  if (text.empty() || stored_crc != text_crc(text))
-    fatal_all(fmt::format("checkpoint {}: metadata missing or damaged", path));
-  auto m = parse_lines(text);
-  if (m["format_version"] != std::to_string(kFormatVersion))
-    fatal_all(fmt::format("checkpoint {}: format version {} (this trident reads version {})", path,
-                          m["format_version"], kFormatVersion));
-  auto num = [&](const char* key) { return std::stoll(m[key]); };
-  meta_.step = num("step");
-  meta_.epoch = num("epoch");
-  meta_.cursor = num("cursor");
-  meta_.optimizer_steps = num("optimizer_steps");
-  meta_.global_batch = num("global_batch");
-  meta_.world = static_cast<int>(num("world"));
-  meta_.dp = static_cast<int>(num("dp"));
-  meta_.pp = static_cast<int>(num("pp"));
-  meta_.zero = static_cast<int>(num("zero"));
-  meta_.trident_version = m["trident_version"];
-  meta_.torch_version = m["torch_version"];
-  if (m.count("loss_scale")) {
-    meta_.loss_scale = std::stod(m["loss_scale"]);
-    meta_.loss_scale_good_steps = num("loss_scale_good_steps");
-    meta_.skipped_steps = num("skipped_steps");
-  }
-  meta_.deck = hdf5::read_string_attribute(*file_, "deck");
 }
 
 Reader::~Reader() {

@@ -14,6 +14,7 @@
 #include "comm/cuda_runtime.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
+#include "checkpoint_files.hpp"
 #include "run_over_mpi.hpp"
 #include "train_helpers.hpp"
 
@@ -130,6 +131,29 @@ TEST(Gpu, CheckpointsCrossBetweenGpuAndCpu) {
                                                                       << ": parameters differ";
     EXPECT_TRUE(bit_equal(loaded.trainer->full_optimizer_state(), state))
         << writer << " -> " << reader << ": optimizer state differs";
+  }
+}
+
+// checkpoint.async on the GPU: a background save copies the device shard to its host snapshot at
+// the save (then writes it on its thread); its files are the synchronous save's, every dataset and
+// checksum byte for byte. The writer is slowed (50 ms before and after its copies are taken), so
+// saves wait for the one in flight. The mlp: its GPU kernels give the same bits run to run.
+TEST(Gpu, BackgroundSavesWriteTheSameFilesAsSynchronousOnes) {
+  setenv("TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS", "50", 1);
+  auto deck = tiny_deck("mlp", "gpu_async");
+  deck.run.max_steps = 6;
+  deck.checkpoint.every_steps = 2;
+  deck.checkpoint.keep_last = 6;
+  std::string dirs[2];
+  for (const bool async : {false, true}) {
+    deck.checkpoint.async = async;
+    dirs[async] = shared_scratch_dir() + (async ? "/gpu_async_on" : "/gpu_async_off");
+    run(on(deck, "cuda"), MPI_COMM_WORLD, "cuda", "never", dirs[async]);
+  }
+  unsetenv("TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS");
+  for (int step = 2; step <= 6; step += 2) {
+    const std::string file = fmt::format("/checkpoints/step_{:07d}.h5", step);
+    expect_identical_checkpoints(dirs[0] + file, dirs[1] + file, "gpu async step " + std::to_string(step));
   }
 }
 
