@@ -298,7 +298,14 @@ class FileLayout {
   // Dataset `path` of `shape`; this rank will write its elements [lo, hi) from `source`.
   void add(const std::string& path, const std::vector<int64_t>& shape, int64_t lo, int64_t hi, const at::Tensor& source,
            at::ScalarType type = at::kFloat) {
-    if (hi > lo) layout_.pieces.push_back({static_cast<int64_t>(datasets_.size()), lo, hi, 0, source});
+    if (hi > lo) {
+      // The writer copies the source's bytes as they are into the dataset's place: anything but
+      // exactly hi - lo contiguous elements of the stored type would spill into the next one.
+      TRIDENT_CHECK(source.defined() && source.is_contiguous() && source.scalar_type() == type && source.numel() == hi - lo,
+                    fmt::format("checkpoint: the data for {} [{}, {}) is not {} contiguous elements of its type", path, lo, hi,
+                                hi - lo));
+      layout_.pieces.push_back({static_cast<int64_t>(datasets_.size()), lo, hi, 0, source});
+    }
     datasets_.push_back({path, shape, type});
     layout_.names.push_back(path);
   }
@@ -337,6 +344,9 @@ class FileLayout {
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everyone, 1, MPI_INT, MPI_MIN, comm_));
       if (!everyone) continue;
       const int64_t bytes = state.numel();
+      int64_t sizes[2] = {bytes, -bytes};  // every rank's row has one size: min == max
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MIN, comm_));
+      TRIDENT_CHECK(sizes[0] == -sizes[1], fmt::format("checkpoint: the ranks' {} states differ in size", name));
       add(name, {size_, bytes}, rank_ * bytes, (rank_ + 1) * bytes, state, at::kByte);
     }
   }
@@ -385,8 +395,10 @@ class FileLayout {
       Hid dataset(space.valid() ? H5Dcreate2(file, d.path.c_str(), file_type(d.type), space, H5P_DEFAULT, creation, H5P_DEFAULT)
                                 : H5I_INVALID_HID);
       const haddr_t address = dataset.valid() ? H5Dget_offset(dataset) : HADDR_UNDEF;
-      ok = address != HADDR_UNDEF;
-      offsets[i] = static_cast<int64_t>(address);
+      // A dataset of no elements has no storage (and no pieces).
+      const bool empty = std::find(d.shape.begin(), d.shape.end(), 0) != d.shape.end();
+      ok = dataset.valid() && (address != HADDR_UNDEF || empty);
+      offsets[i] = address == HADDR_UNDEF ? 0 : static_cast<int64_t>(address);
     }
     // After a flush that wrote every piece of metadata, the close has nothing left to fail on.
     if (ok && H5Fflush(file, H5F_SCOPE_LOCAL) >= 0) return "";
@@ -579,7 +591,24 @@ struct BackgroundSave::Impl {
   double thread_seconds = 0;
   std::thread thread;
 
+  // The thread's body: a failure becomes the write's error (agreed and reported at the commit),
+  // never an exception leaving the thread.
   void run() {
+    try {
+      copy_and_write();
+    } catch (const std::exception& e) {
+      written.error = fmt::format("{}: the background save failed: {}", who(), e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      snapshot_taken = true;
+      copies.clear();
+    }
+    snapshot_cv.notify_all();
+    finished.store(true, std::memory_order_release);
+  }
+
+  void copy_and_write() {
     Stopwatch watch;
     // Fault injection for the tests: TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS=N makes the thread wait
     // N ms before its copies and again before writing, so that the update must wait for the
@@ -598,7 +627,6 @@ struct BackgroundSave::Impl {
     std::this_thread::sleep_for(pause);
     written = write_pieces(layout);
     thread_seconds = watch.seconds();
-    finished.store(true, std::memory_order_release);
   }
 };
 

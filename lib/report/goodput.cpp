@@ -70,14 +70,19 @@ Lifetime parse_lifetime(const std::string& line, const std::string& where) {
   return l;
 }
 
-std::vector<Lifetime> read_goodput(const std::string& path) {
+std::vector<Lifetime> read_goodput(const std::string& path, std::vector<std::string>* skipped) {
   std::ifstream in(path);
   if (!in) throw BadInput(fmt::format("report: cannot read {} (a run folder has one once a run has trained in it)", path));
   std::vector<Lifetime> out;
   std::string line;
-  for (int n = 1; std::getline(in, line); ++n)
-    if (line.find_first_not_of(" \t\r") != std::string::npos)
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
       out.push_back(parse_lifetime(line, fmt::format("{}:{}", path, n)));
+    } catch (const BadInput& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
   if (out.empty()) throw BadInput(fmt::format("report: {} holds no record", path));
   return out;
 }
@@ -107,7 +112,12 @@ GoodputAccount account_goodput(std::vector<Lifetime> lifetimes) {
   return a;
 }
 
-GoodputAccount load_goodput(const std::string& run_dir) { return account_goodput(read_goodput(run_dir + "/goodput.jsonl")); }
+GoodputAccount load_goodput(const std::string& run_dir) {
+  std::vector<std::string> skipped;
+  GoodputAccount account = account_goodput(read_goodput(run_dir + "/goodput.jsonl", &skipped));
+  account.skipped = skipped;
+  return account;
+}
 
 namespace {
 
@@ -167,6 +177,7 @@ std::string goodput_markdown(const GoodputAccount& a, const std::string& run_dir
                       a.lost_s_of[i], l.startup_s, l.step_s, l.data_wait_s, l.evaluation_s, l.checkpoint_s,
                       100.0 * account_of(a, i).goodput());
   }
+  for (const auto& why : a.skipped) md += fmt::format("\nSkipped, not a record (a process killed while appending?): {}\n", why);
   md += "\nProductive = step time - data waits - work lost. Steps lost: the steps a lifetime trained past the checkpoint "
         "the next one resumed from (all of them when the next started afresh), at its mean step time. 'killed': the process ended without a word (SIGKILL, an abort, a lost "
         "node); its record ends at the last update it wrote (every log line and save), so its last moments count as "

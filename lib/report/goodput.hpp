@@ -46,9 +46,10 @@ struct Lifetime {
 std::string lifetime_json(const Lifetime& life);  // one line, no newline
 // `where` names the file and line in the BadInput thrown for a malformed record.
 Lifetime parse_lifetime(const std::string& line, const std::string& where);
-// Every record of a goodput.jsonl, in order; BadInput naming the file (and line) when it is
-// missing or malformed.
-std::vector<Lifetime> read_goodput(const std::string& path);
+// Every record of a goodput.jsonl, in order; BadInput naming the file when it is missing or holds
+// no record. A line that is not a record (torn by a process killed while appending) is skipped
+// and named in `skipped` ("file:line: why").
+std::vector<Lifetime> read_goodput(const std::string& path, std::vector<std::string>* skipped = nullptr);
 
 // The chain's account, in seconds over all its lifetimes; the parts add up to wall_s.
 struct GoodputAccount {
@@ -62,6 +63,7 @@ struct GoodputAccount {
   // loss it found, which belongs to the lifetime before it).
   std::vector<int64_t> lost_steps_of;
   std::vector<double> lost_s_of;
+  std::vector<std::string> skipped;  // goodput.jsonl lines that were not records
   double goodput() const { return wall_s > 0 ? productive_s / wall_s : 0.0; }
 };
 GoodputAccount account_goodput(std::vector<Lifetime> lifetimes);

@@ -38,10 +38,16 @@ std::string host_name() {
   return host;
 }
 
+// Appends one line. A file that does not end with a newline (a process killed in mid-append)
+// gets one first, so the torn line stays alone and the new record whole.
 bool append_line(const std::string& path, const std::string& line) {
-  std::FILE* f = std::fopen(path.c_str(), "a");
+  std::FILE* f = std::fopen(path.c_str(), "a+");
   if (!f) return false;
-  const bool ok = std::fprintf(f, "%s\n", line.c_str()) > 0 && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  bool torn = false;
+  if (std::fseek(f, -1, SEEK_END) == 0) torn = std::fgetc(f) != '\n';
+  std::fseek(f, 0, SEEK_END);
+  const bool ok = std::fprintf(f, "%s%s\n", torn ? "\n" : "", line.c_str()) > 0 && std::fflush(f) == 0 &&
+                  fsync(fileno(f)) == 0;
   return std::fclose(f) == 0 && ok;
 }
 }  // namespace
@@ -56,7 +62,10 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step)
     std::getline(in, line);
     try {
       const report::Lifetime orphan = report::parse_lifetime(line, open_);
-      if (!append_line(jsonl_, report::lifetime_json(orphan))) warn_once("cannot append to " + jsonl_);
+      if (append_line(jsonl_, report::lifetime_json(orphan)))
+        std::remove(open_.c_str());  // appended once: never again, whatever happens next
+      else
+        warn_once("cannot append to " + jsonl_);
     } catch (const BadInput& e) {
       warn_once(std::string("an unreadable record left by an earlier process is dropped: ") + e.what());
     }
@@ -65,14 +74,12 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step)
   report::Lifetime previous;
   bool has_previous = false;
   if (std::ifstream in(jsonl_); in) {
-    std::string line, last;
-    while (std::getline(in, line))
-      if (!line.empty()) last = line;
-    if (!last.empty()) try {
-        previous = report::parse_lifetime(last, jsonl_);
+    std::string line;
+    while (std::getline(in, line)) try {  // the last line that is a record (one may be torn)
+        if (line.empty()) continue;
+        previous = report::parse_lifetime(line, jsonl_);
         has_previous = true;
-      } catch (const BadInput& e) {
-        warn_once(std::string("its last record is unreadable, work lost is not counted: ") + e.what());
+      } catch (const BadInput&) {
       }
   }
   life_.job = job_name();

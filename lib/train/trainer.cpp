@@ -230,7 +230,8 @@ StepBoundary agree_at_step_end(Trainer::State& s, int64_t steps_done, const Stop
   s.conn.world_comm->reduce_numbers(flags, comm::Reduce::max);
   const bool by_steps = deck.checkpoint.every_steps > 0 && steps_done % deck.checkpoint.every_steps == 0;
   StepBoundary due;
-  due.stop = flags[0] != 0;
+  // A signal on the last step lets the run finish: its final save is the stop's save.
+  due.stop = flags[0] != 0 && steps_done < s.stage.total_steps;
   due.save = (due.stop || flags[1] != 0 || by_steps) && steps_done < s.stage.total_steps;
   due.log = steps_done % deck.run.log_every == 0 || steps_done == s.stage.total_steps;
   due.commit = s.background_save && flags[2] == 0;  // every rank has one in flight, or none
@@ -481,6 +482,9 @@ Result Trainer::run() {
       commit_background_save(s);
     } catch (const AgreedFault& e) {  // the divergence stays the run's error
       log::warn("{}", e.what());
+    } catch (...) {  // one rank's fault: it aborts the job
+      if (s.goodput) s.goodput->close(kExitFault, goodput_progress(s, run));
+      throw;
     }
     if (s.goodput) s.goodput->close(kExitDiverged, goodput_progress(s, run));
     throw;

@@ -92,19 +92,27 @@ TEST(Goodput, RecordsRoundTrip) {
   EXPECT_FALSE(killed.resumed_from_step.has_value());
 }
 
-TEST(Goodput, MalformedRecordsNameTheFileAndLine) {
+// A line that is not a record (a process killed in mid-append) is skipped and named, and the next
+// record appended after it starts on a line of its own; a folder without records is bad input.
+TEST(Goodput, TornLinesAreSkippedAndNamed) {
   const fs::path dir = fresh_dir("bad");
   {
     std::ofstream out(dir / "goodput.jsonl");
-    out << report::lifetime_json(lifetime(0, 1, 0, 0, 1, 1)) << "\n{\"start\": 1}\n";
+    out << report::lifetime_json(lifetime(0, 1, 0, 0, 1, 1)) << "\n{\"start\": 1}\n{\"job\": \"torn";  // no newline
   }
-  try {
-    report::load_goodput(dir.string());
-    FAIL() << "no error";
-  } catch (const BadInput& e) {
-    EXPECT_NE(std::string(e.what()).find("goodput.jsonl:2: field 'end' is missing"), std::string::npos) << e.what();
-  }
+  train::GoodputLog next(dir.string(), 1);
+  next.close(0, {2, 1.0, 0.0, 0.0, 0.0});
+  const auto acc = report::load_goodput(dir.string());
+  ASSERT_EQ(acc.lifetimes.size(), 2u);
+  EXPECT_EQ(acc.lifetimes[1].last_step, 2);
+  ASSERT_EQ(acc.skipped.size(), 2u);
+  EXPECT_NE(acc.skipped[0].find("goodput.jsonl:2: field 'end' is missing"), std::string::npos) << acc.skipped[0];
+  EXPECT_NE(acc.skipped[1].find("goodput.jsonl:3: not a JSON record"), std::string::npos) << acc.skipped[1];
+  EXPECT_NE(report::goodput_markdown(acc, "x").find("Skipped, not a record"), std::string::npos);
   EXPECT_THROW(report::load_goodput((dir / "nothing").string()), BadInput);
+  fs::create_directories(dir / "empty");
+  std::ofstream(dir / "empty" / "goodput.jsonl") << "\n";
+  EXPECT_THROW(report::load_goodput((dir / "empty").string()), BadInput);
   fs::remove_all(dir);
 }
 
