@@ -261,13 +261,24 @@ struct Layout {
 struct Written {
   std::vector<Block> blocks;
   std::string error;  // "" when every piece is in the file
-  double seconds = 0;
 };
 
 std::string not_saved(int64_t step, const std::string& failure, const std::string& tmp_path, const std::string& dir) {
   return fmt::format("checkpoint of step {} not saved: {}. Removed {}; the previous checkpoint and 'latest' are "
                      "unchanged. Free space in {} and resume with --resume auto",
                      step, failure, tmp_path, dir);
+}
+
+// A file whose HDF5 writes failed (disk full, quota) removed. HDF5 cannot close a file whose
+// final flush fails (its handle is left broken and crashes at exit): the file is emptied first,
+// so the close only writes a little metadata. Returns `failure`, for the caller to agree on.
+std::string abandon(Hid& file, const std::string& path, const std::string& failure) {
+  std::error_code ignored;
+  fs::resize_file(path, 0, ignored);
+  file.reset();
+  H5Eclear2(H5E_DEFAULT);
+  fs::remove(path, ignored);
+  return failure;
 }
 
 // Rank 0 makes a written file the checkpoint: rename (atomic on one file system), then
@@ -402,14 +413,8 @@ class FileLayout {
     }
     // After a flush that wrote every piece of metadata, the close has nothing left to fail on.
     if (ok && H5Fflush(file, H5F_SCOPE_LOCAL) >= 0) return "";
-    // See add_attributes: a file whose writes failed is emptied before HDF5 closes it.
-    const std::string failure = fmt::format("{}: laying out {} failed: {}", who(), layout_.tmp_path, innermost(hdf5_error_text()));
-    std::error_code ignored;
-    fs::resize_file(layout_.tmp_path, 0, ignored);
-    file.reset();
-    H5Eclear2(H5E_DEFAULT);
-    fs::remove(layout_.tmp_path, ignored);
-    return failure;
+    return abandon(file, layout_.tmp_path,
+                   fmt::format("{}: laying out {} failed: {}", who(), layout_.tmp_path, innermost(hdf5_error_text())));
   }
 
   Layout& layout_;
@@ -445,7 +450,6 @@ Layout lay_out(const std::string& dir, const Meta& meta, const std::vector<Tenso
 // the page cache ran several times slower than 1 MB ones), and checksummed. A failure (disk
 // full, quota) is returned, not thrown: the ranks agree on it in part 3.
 Written write_pieces(const Layout& layout) {
-  Stopwatch watch;
   Written written;
   const int fd = ::open(layout.tmp_path.c_str(), O_WRONLY);
   if (fd < 0) {
@@ -483,13 +487,11 @@ Written write_pieces(const Layout& layout) {
   // would (under checkpoint.async, on the writer thread, while training goes on).
   if (const char* kill_at = std::getenv("TRIDENT_TEST_KILL_DURING_SAVE"); kill_at && std::atoll(kill_at) == layout.step)
     std::raise(SIGKILL);
-  written.seconds = watch.seconds();
   return written;
 }
 
 // Rank 0: the checksums (every rank's blocks, by dataset) and the metadata as attributes, the
-// file opened on its own (the data is in it). "" or the failure; a failed file is emptied first
-// (see FileLayout::discard).
+// file opened on its own (the data is in it). "" or the failure (the file then removed).
 std::string add_attributes(const Layout& layout, const std::vector<int64_t>& all_blocks, const Meta& meta) {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
@@ -519,13 +521,8 @@ std::string add_attributes(const Layout& layout, const std::vector<int64_t>& all
     ok = H5Fflush(file, H5F_SCOPE_LOCAL) >= 0;
   }
   if (ok) return "";
-  const std::string failure = fmt::format("{}: writing the checksums of {} failed: {}", who(), layout.tmp_path,
-                                          innermost(hdf5_error_text()));
-  std::error_code ignored;
-  fs::resize_file(layout.tmp_path, 0, ignored);
-  file.reset();
-  H5Eclear2(H5E_DEFAULT);
-  return failure;
+  return abandon(file, layout.tmp_path,
+                 fmt::format("{}: writing the checksums of {} failed: {}", who(), layout.tmp_path, innermost(hdf5_error_text())));
 }
 
 // Part 3 (collective, main thread, once every rank's part 2 is done): agreement, checksums,
@@ -553,11 +550,7 @@ std::string finish(const Layout& layout, const Written& written, const Meta& met
   }
   std::vector<int64_t> all(static_cast<size_t>(rank == 0 ? total : 0));
   MPI_CHECK(MPI_Gatherv(mine.data(), my_count, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T, 0, comm));
-  std::string attribute_error;
-  if (rank == 0) {
-    attribute_error = add_attributes(layout, all, meta);
-    if (!attribute_error.empty()) fs::remove(layout.tmp_path, ignored);
-  }
+  const std::string attribute_error = rank == 0 ? add_attributes(layout, all, meta) : "";
   if (const std::string failure = comm::first_error(comm, attribute_error); !failure.empty())
     throw AgreedFault(not_saved(layout.step, failure, layout.tmp_path, layout.dir));
   if (rank == 0) commit(layout.dir, layout.tmp_path, layout.step, keep_last);
@@ -592,20 +585,25 @@ struct BackgroundSave::Impl {
   std::thread thread;
 
   // The thread's body: a failure becomes the write's error (agreed and reported at the commit),
-  // never an exception leaving the thread.
+  // never an exception leaving the thread; the update waiting for the copies is released either way.
   void run() {
     try {
       copy_and_write();
     } catch (const std::exception& e) {
       written.error = fmt::format("{}: the background save failed: {}", who(), e.what());
     }
+    release_snapshot();
+    finished.store(true, std::memory_order_release);
+  }
+
+  // The copies are taken (or given up): the update may change the live tensors again.
+  void release_snapshot() {
     {
       std::lock_guard<std::mutex> lock(mutex);
       snapshot_taken = true;
-      copies.clear();
+      copies.clear();  // drops the handles on live tensors
     }
     snapshot_cv.notify_all();
-    finished.store(true, std::memory_order_release);
   }
 
   void copy_and_write() {
@@ -618,12 +616,7 @@ struct BackgroundSave::Impl {
     std::this_thread::sleep_for(pause);
     for (auto& [from, into] : copies)
       std::memcpy(into.data_ptr(), from.data_ptr(), static_cast<size_t>(from.numel()) * from.element_size());
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      snapshot_taken = true;
-      copies.clear();  // drops the handles on live tensors
-    }
-    snapshot_cv.notify_all();
+    release_snapshot();
     std::this_thread::sleep_for(pause);
     written = write_pieces(layout);
     thread_seconds = watch.seconds();
@@ -631,7 +624,7 @@ struct BackgroundSave::Impl {
 };
 
 namespace {
-// `into` as a host float tensor of `like`'s size, reused when it already is one.
+// `into` as a flat host tensor of `like`'s size and type, reused when it already is one.
 void host_buffer_like(at::Tensor& into, const at::Tensor& like) {
   if (!into.defined() || into.numel() != like.numel() || into.scalar_type() != like.scalar_type())
     into = at::empty({like.numel()}, like.options().device(at::kCPU));

@@ -184,7 +184,7 @@ void start_background_save(Trainer::State& s, int64_t step) {
   s.background_save = std::make_unique<checkpoint::BackgroundSave>(
       checkpoint_dir(s.deck), meta_of(s, step), s.stage.plan->placed_parameters(), state_names_of(s), s.stage.plan->placed_buffers(),
       live_shard(s, /*on_host=*/false), s.snapshot, s.conn.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
-  s.background_start_s = s.background_blocked_s = watch.seconds();
+  s.background_start_s = watch.seconds();
   s.background_copy_wait_s = 0;
   s.times.checkpoint += s.background_start_s;
 }
@@ -197,11 +197,11 @@ void commit_background_save(Trainer::State& s) {
   const std::string path = save->commit();
   const double blocked = watch.seconds();
   s.times.checkpoint += blocked;
-  s.background_blocked_s += blocked;
   count_save(s, s.background_start_s + save->write_seconds() + (blocked - waited));
   log::info("checkpoint {} written in the background in {:.2f} s; it blocked training for {:.3f} s (layout {:.3f}, "
             "update waiting for the copies {:.3f}, waiting for the write {:.3f}, commit {:.3f})",
-            path, s.last_save_s, s.background_blocked_s, s.background_start_s, s.background_copy_wait_s, waited, blocked - waited);
+            path, s.last_save_s, s.background_start_s + s.background_copy_wait_s + blocked, s.background_start_s,
+            s.background_copy_wait_s, waited, blocked - waited);
 }
 
 

@@ -100,12 +100,7 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   summary.gathers_prefetched = s.stage.grad_sync->gathers_prefetched();
   const double save_seconds = max_over_ranks(s, s.save_seconds);  // whole saves: background writes included
   summary.checkpoint_write_gb_per_s = save_seconds > 0 ? s.bytes_written / save_seconds / 1e9 : 0;
-  // Steps while a background save was written and the others: the mean step of the slowest rank.
-  const auto mean = [](double seconds, int64_t steps) { return steps > 0 ? seconds / static_cast<double>(steps) : 0.0; };
   summary.checkpoint_async = s.deck.checkpoint.async;
-  summary.steps_while_writing = s.steps_while_writing;
-  summary.step_time_while_writing_s = max_over_ranks(s, mean(s.step_s_while_writing, s.steps_while_writing));
-  summary.step_time_otherwise_s = max_over_ranks(s, mean(s.step_s_otherwise, s.steps_otherwise));
   const double read_seconds = max_over_ranks(s, s.restored.read_seconds);
   summary.checkpoint_read_gb_per_s = read_seconds > 0 ? sum_over_ranks(s, s.restored.bytes_read) / read_seconds / 1e9 : 0;
   for (double* t : {&s.times.total, &s.times.data_wait, &s.times.forward, &s.times.backward, &s.times.comm_exposed,

@@ -153,11 +153,11 @@ void train_step(Trainer::State& s, int64_t step, data::Prefetcher* loader, StepT
   // A background save copies the parameters and optimizer state while this step's forward and
   // backward run; the update must not change them before it has (checkpoint.hpp, BackgroundSave).
   if (s.background_save) {
-    Stopwatch waiting;
+    Stopwatch watch;
     s.background_save->wait_for_snapshot();
-    s.times.checkpoint += waiting.seconds();
-    s.background_blocked_s += waiting.seconds();
-    s.background_copy_wait_s += waiting.seconds();
+    const double waited = watch.seconds();
+    s.times.checkpoint += waited;
+    s.background_copy_wait_s += waited;
   }
   const double lr = s.stage.schedule.at(step);
   ScopedTimer t(s.times.optimizer);

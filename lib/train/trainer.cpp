@@ -316,8 +316,9 @@ struct RunTotals {
   int64_t steps_trained = 0;
   int64_t steps_done = 0;  // the step the run has reached
   bool signal_lead_checked = false;
-  SafeStop safe_stop() const {
-    return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, 0.0};
+  // What a stop takes on this rank: a mean step of this run and a save as long as the last one.
+  SafeStop safe_stop(double last_save_s) const {
+    return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, last_save_s};
   }
 };
 
@@ -346,9 +347,8 @@ struct DataWaitTally {
 void check_signal_lead(const Trainer::State& s, RunTotals& run) {
   if (run.signal_lead_checked) return;
   run.signal_lead_checked = true;
-  SafeStop stop = run.safe_stop();
-  stop.save_s = s.last_save_s;
-  if (const std::string warning = signal_lead_warning(signal_lead_seconds(), stop); !warning.empty()) log::warn("{}", warning);
+  if (const std::string warning = signal_lead_warning(signal_lead_seconds(), run.safe_stop(s.last_save_s)); !warning.empty())
+    log::warn("{}", warning);
 }
 
 // Steps [first, end) of epoch `epoch`: each trained, then the boundary's agreed log, save or stop.
@@ -367,8 +367,10 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     train_step(s, step, loader.get(), run.tally);
     const double step_s = step_watch.seconds();
     run.step_seconds += step_s;
-    (writing ? s.step_s_while_writing : s.step_s_otherwise) += step_s;
-    ++(writing ? s.steps_while_writing : s.steps_otherwise);
+    if (writing) {
+      s.step_s_while_writing += step_s;
+      ++s.steps_while_writing;
+    }
     ++run.steps_trained;
     run.steps_done = step + 1;
     run.profiler.after_step(step);
@@ -433,9 +435,13 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
   s.times.total = wall.seconds();
   report::Summary summary = summarize_run(s, result, train_seconds);
   // What a stop takes: the slowest rank's mean step and last save.
-  SafeStop stop = run.safe_stop();
-  stop.save_s = s.last_save_s;
-  summary.time_to_safe_stop_s = max_over_ranks(s, stop.needed_s());
+  summary.time_to_safe_stop_s = max_over_ranks(s, run.safe_stop(s.last_save_s).needed_s());
+  // The mean step while a background save was written and otherwise, the slowest rank's.
+  const auto mean = [](double seconds, int64_t steps) { return steps > 0 ? seconds / static_cast<double>(steps) : 0.0; };
+  summary.steps_while_writing = s.steps_while_writing;
+  summary.step_time_while_writing_s = max_over_ranks(s, mean(s.step_s_while_writing, s.steps_while_writing));
+  summary.step_time_otherwise_s = max_over_ranks(
+      s, mean(run.step_seconds - s.step_s_while_writing, run.steps_trained - s.steps_while_writing));
   s.watchdog->stop();
   summary.watchdog_timeout_s = s.watchdog->enabled() ? s.deck.run.fail_timeout_s : 0.0;
   summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());
@@ -445,10 +451,28 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
             s.deck.run.output_dir);
 }
 
+// The run's training: each epoch's steps, an evaluation after each epoch, then the saved model and
+// report.json; a resumed run starts inside the epoch of its checkpoint's step, and one resumed at
+// its last step trains nothing.
+void train_all(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
+  if (s.restored.start_step >= s.stage.total_steps) {
+    result = already_trained(s);
+    return;
+  }
+  const int64_t per_epoch = s.stage.sampler->steps_per_epoch();
+  const int64_t first_epoch = s.stage.sampler->epoch_of(std::min(s.restored.start_step, s.stage.total_steps - 1));
+  for (int64_t epoch = first_epoch; epoch < s.stage.epochs; ++epoch) {
+    const int64_t first = std::max(epoch * per_epoch, s.restored.start_step);
+    const int64_t end = std::min(s.stage.total_steps, (epoch + 1) * per_epoch);
+    if (first >= end) continue;
+    train_epoch(s, epoch, first, end, run);
+    evaluate_epoch(s, epoch, run);
+  }
+  finish_run(s, run, result, wall);
+}
+
 }  // namespace
 
-// The run: train each epoch's steps, evaluate after each epoch, finish with the saved model and
-// report.json. A resumed run starts inside the epoch of its checkpoint's step.
 // Every lifetime of a run leaves its goodput record (rank 0), with the exit code it ends with.
 Result Trainer::run() {
   auto& s = *s_;
@@ -461,33 +485,20 @@ Result Trainer::run() {
   RunTotals run(s, result);
   run.steps_done = s.restored.start_step;
   try {
-    if (s.restored.start_step >= s.stage.total_steps) {
-      result = already_trained(s);
-    } else {
-      const int64_t per_epoch = s.stage.sampler->steps_per_epoch();
-      const int64_t first_epoch = s.stage.sampler->epoch_of(std::min(s.restored.start_step, s.stage.total_steps - 1));
-      for (int64_t epoch = first_epoch; epoch < s.stage.epochs; ++epoch) {
-        const int64_t first = std::max(epoch * per_epoch, s.restored.start_step);
-        const int64_t end = std::min(s.stage.total_steps, (epoch + 1) * per_epoch);
-        if (first >= end) continue;
-        train_epoch(s, epoch, first, end, run);
-        evaluate_epoch(s, epoch, run);
-      }
-      finish_run(s, run, result, wall);
-    }
-  } catch (const Diverged&) {
-    // Every rank stops at the same step, so they can still commit together the save in flight:
-    // it holds a step before the divergence (saves start only after the step's checks passed).
     try {
-      commit_background_save(s);
-    } catch (const AgreedFault& e) {  // the divergence stays the run's error
-      log::warn("{}", e.what());
-    } catch (...) {  // one rank's fault: it aborts the job
-      if (s.goodput) s.goodput->close(kExitFault, goodput_progress(s, run));
+      train_all(s, run, result, wall);
+    } catch (const Diverged&) {
+      // Every rank stops at the same step, so they can still commit together the save in flight:
+      // it holds a step before the divergence (saves start only after the step's checks passed).
+      // A failed commit is reported and the divergence stays the run's error; one rank's fault
+      // goes on to abort the job.
+      try {
+        commit_background_save(s);
+      } catch (const AgreedFault& e) {
+        log::warn("{}", e.what());
+      }
       throw;
     }
-    if (s.goodput) s.goodput->close(kExitDiverged, goodput_progress(s, run));
-    throw;
   } catch (...) {
     if (s.goodput) s.goodput->close(exit_code_for(std::current_exception()), goodput_progress(s, run));
     throw;

@@ -86,16 +86,16 @@ struct Trainer::State {
   double bytes_written = 0;
   double last_save_s = 0;  // this rank's last save, write to commit
   std::unique_ptr<GoodputLog> goodput;  // rank 0: this process's record in goodput.jsonl
-  double save_seconds = 0;  // whole saves, first call to commit, background writes included
+  double save_seconds = 0;  // whole saves, start to commit, background writes included
   // checkpoint.async: the save in flight (at most one), the host copy its thread writes from
-  // (kept from save to save), the time it took to start (layout) and the training time it has
-  // blocked so far (its start, the update waiting for its copies, a next save waiting for it).
+  // (kept from save to save), and the training time it blocked at its start (the layout) and with
+  // the updates that waited for its copies.
   std::unique_ptr<checkpoint::BackgroundSave> background_save;
   checkpoint::Shard snapshot;
-  double background_start_s = 0, background_copy_wait_s = 0, background_blocked_s = 0;
-  // Steps trained while a background save was being written, and the others (report.json).
-  int64_t steps_while_writing = 0, steps_otherwise = 0;
-  double step_s_while_writing = 0, step_s_otherwise = 0;
+  double background_start_s = 0, background_copy_wait_s = 0;
+  // Steps trained while a background save was being written (report.json).
+  int64_t steps_while_writing = 0;
+  double step_s_while_writing = 0;
   std::unique_ptr<comm::Watchdog> watchdog;  // last: stopped before anything else goes
 };
 

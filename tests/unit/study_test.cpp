@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "scratch_folder.hpp"
 
 namespace fs = std::filesystem;
 using trident::BadInput;
@@ -19,17 +20,9 @@ using namespace trident::report;
 
 namespace {
 
-// A scratch folder per test, removed afterwards.
-class StudyReport : public ::testing::Test {
+// Each test has a scratch folder of its own (scratch_folder.hpp).
+class StudyReport : public ScratchFolderTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("trident_study_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A minimal report.json as trident writes it (only the fields the report reads, plus noise).
   void run(const std::string& sub, int world, int nodes, double step_time, int64_t global_batch, int pp = 1,
            const std::string& resumed_from = "", int64_t first_step = -1) {
@@ -53,7 +46,6 @@ class StudyReport : public ::testing::Test {
   trident::report::Study load(const std::string& kind) const {
     return load_study(std::vector<std::string>{path()}, kind);
   }
-  fs::path dir_;
 };
 
 const StudyRun& run_of(const trident::report::Study& s, int world, int pp = 1) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "scratch_folder.hpp"
 
 namespace fs = std::filesystem;
 using trident::BadInput;
@@ -18,16 +19,8 @@ using namespace trident::report;
 
 namespace {
 
-class SweepReport : public ::testing::Test {
+class SweepReport : public ScratchFolderTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("trident_sweep_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   void sweep_file(const std::string& text) { std::ofstream(dir_ / "sweep.txt") << text; }
   // point_K/report.json with what the sweep report reads (global batch 64).
   void point(int k, double test_accuracy, double test_loss, int64_t micro_batch, double step_time_s,
@@ -43,7 +36,6 @@ class SweepReport : public ::testing::Test {
         << ", \"test_accuracy\": " << test_accuracy << "},\n"
         << " \"throughput\": {\"samples_per_s\": " << 64.0 / step_time_s << ", \"step_time_s\": " << step_time_s << "}}\n";
   }
-  fs::path dir_;
 };
 
 }  // namespace
