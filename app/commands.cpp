@@ -234,15 +234,16 @@ int prepare_data_command(int argc, char** argv) {
 
 int inspect_command(int argc, char** argv) {
   po::options_description options("trident inspect FILE.h5");
-  options.add_options()("help,h", "this help")("file", po::value<std::string>(), "an HDF5 dataset");
+  options.add_options()("help,h", "this help")("file", po::value<std::string>(), "an HDF5 dataset or checkpoint");
   po::positional_options_description positional;
   positional.add("file", 1);
   return guarded(false, [&] {
     const auto vm = parse(argc, argv, options, positional);
-    if (vm.count("help") || !vm.count("file")) {
+    if (vm.count("help")) {
       std::cout << options << "\n";
-      return vm.count("help") ? 0 : static_cast<int>(kExitBadInput);
+      return 0;
     }
+    if (!vm.count("file")) throw BadInput("inspect: no file given (trident inspect FILE.h5)");
     const std::string file = vm["file"].as<std::string>();
     if (!checkpoint::is_checkpoint(file)) {
       std::cout << data::describe_hdf5(file);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checkpoint I/O on this disk: trident's write and read bandwidth (report.json: checkpoint bytes
-# of parameters + AdamW state / seconds, collective parallel HDF5 over NP ranks) against `dd` of
+# of parameters + AdamW state / seconds, NP ranks writing one file at places rank 0 laid out) against `dd` of
 # the same number of bytes to the same folder (written with conv=fsync, read back after dropping
 # it from the page cache where permitted), in the same run; and the time a save blocks training.
 # Both sides write the same number of files of the same size back to back.

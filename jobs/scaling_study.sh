@@ -25,7 +25,17 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 kind="" ranks=1,2,4,8 tpn=2 study="" per_rank=64 serial=0 script=$here/ddp_2nodes.slurm
 sbatch_args=()
-usage() { echo "usage: $(basename "$0") [--ranks 1,2,4] [--tasks-per-node T] [--study DIR] [--serial] [SBATCH_OPTION ...] -- DECK [--set ...]" >&2; exit 2; }
+# The name the user typed (strong_scaling.sh, weak_scaling.sh exec this script).
+me=${TRIDENT_STUDY_SCRIPT:-$(basename "$0")}
+usage() {
+  local kind_option="--kind strong|weak " batch_option=""
+  case $me in strong_scaling.sh) kind_option="" ;; weak_scaling.sh) kind_option="" batch_option="[--per-rank-batch B] " ;; esac
+  echo "usage: $me $kind_option[--ranks 1,2,4,8] [--tasks-per-node T] [--study DIR] $batch_option[--serial] [SBATCH_OPTION ...] -- DECK [--set ...]" >&2
+  local deck=inputs/fashion_mnist_ddp.ini
+  [ -n "${TRIDENT_HOME:-}" ] && deck=$TRIDENT_HOME/share/trident/$deck
+  echo "e.g.:  $me --ranks 1,2,4 --time=00:20:00 -- $deck --set run.max_steps=200   ($me --help: every option)" >&2
+  exit 2
+}
 while [ $# -gt 0 ]; do
   case $1 in
     --kind) kind=$2; shift 2 ;;
@@ -40,16 +50,16 @@ while [ $# -gt 0 ]; do
     *) sbatch_args+=("$1"); shift ;;
   esac
 done
-case $kind in strong|weak) ;; *) echo "scaling_study.sh: --kind strong|weak" >&2; usage ;; esac
+case $kind in strong|weak) ;; *) echo "$me: --kind strong|weak" >&2; usage ;; esac
 [ $# -gt 0 ] || usage
 deck=$1
 shift
-[ -r "$deck" ] || { echo "$(basename "$0"): cannot read the deck $deck" >&2; exit 2; }
-[[ $tpn =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): --tasks-per-node wants a positive count" >&2; exit 2; }
-[[ $per_rank =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): --per-rank-batch wants a positive count" >&2; exit 2; }
+[ -r "$deck" ] || { echo "$me: cannot read the deck $deck" >&2; exit 2; }
+[[ $tpn =~ ^[1-9][0-9]*$ ]] || { echo "$me: --tasks-per-node wants a positive count" >&2; exit 2; }
+[[ $per_rank =~ ^[1-9][0-9]*$ ]] || { echo "$me: --per-rank-batch wants a positive count" >&2; exit 2; }
 IFS=, read -r -a rank_list <<<"$ranks"
 for r in "${rank_list[@]}"; do
-  [[ $r =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): --ranks wants positive counts, got '$r'" >&2; exit 2; }
+  [[ $r =~ ^[1-9][0-9]*$ ]] || { echo "$me: --ranks wants positive counts, got '$r'" >&2; exit 2; }
 done
 
 # trident for the report job: $TRIDENT, the module, PATH, $TRIDENT_HOME/bin (as the job scripts).
@@ -69,7 +79,7 @@ echo "$study"
 ids=() previous=
 for r in "${rank_list[@]}"; do
   run=$study/runs/ranks_$r
-  [ -e "$run/report.json" ] && { echo "$(basename "$0"): $run already holds a finished run; use another --study" >&2; exit 2; }
+  [ -e "$run/report.json" ] && { echo "$me: $run already holds a finished run; use another --study" >&2; exit 2; }
   per_node=$((r < tpn ? r : tpn))
   nodes=$(((r + tpn - 1) / tpn))
   batch=()
