@@ -35,11 +35,18 @@ namespace {
 // is printed once (rank 0) and exits 2 on every rank; a fault of one rank aborts the job.
 template <typename Body>
 int guarded(bool mpi, Body body) {
-  int rank = 0, size = 1;
+  int rank = launcher_rank(), size = 1;
   if (mpi) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
   }
+  // One rank's fault: said by that rank, and the job aborted so that no other rank waits on it.
+  const auto fault = [&](const std::string& text) {
+    std::fprintf(stderr, "trident: fault: %s\n", text.c_str());
+    std::fflush(stderr);
+    if (mpi && size > 1) MPI_Abort(MPI_COMM_WORLD, kExitFault);
+    return static_cast<int>(kExitFault);
+  };
   try {
     return body();
   } catch (const BadInput& e) {
@@ -58,15 +65,11 @@ int guarded(bool mpi, Body body) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s (see --help)\n", e.what());
     return kExitBadInput;
   } catch (const Fault& e) {  // its message already names rank and host
-    std::fprintf(stderr, "trident: fault: %s\n", e.what());
-    std::fflush(stderr);
-    if (mpi && size > 1) MPI_Abort(MPI_COMM_WORLD, kExitFault);
-    return kExitFault;
-  } catch (const std::exception& e) {  // c10::Error, std::filesystem_error, ...
-    std::fprintf(stderr, "trident: fault: %s: %s\n", who().c_str(), e.what());
-    std::fflush(stderr);
-    if (mpi && size > 1) MPI_Abort(MPI_COMM_WORLD, kExitFault);
-    return kExitFault;
+    return fault(e.what());
+  } catch (const c10::Error& e) {  // LibTorch's own message; its C++ stack trace helps no user
+    return fault(who() + ": " + e.what_without_backtrace());
+  } catch (const std::exception& e) {  // std::filesystem_error, std::bad_alloc, ...
+    return fault(who() + ": " + e.what());
   }
 }
 
@@ -210,6 +213,9 @@ int prepare_data_command(int argc, char** argv) {
     if (!vm.count("kind") || !vm.count("out"))
       throw BadInput("prepare-data: give a kind (fashion-mnist | synthetic | text) and --out FILE.h5");
     const std::string kind = vm["kind"].as<std::string>(), out = vm["out"].as<std::string>();
+    // Started as several tasks (srun -n 4 trident prepare-data ...), one writes the file: the
+    // others would race it on the same temporary name.
+    if (launcher_rank() != 0) return 0;
     auto source_or = [&](const char* fallback) {
       return vm.count("source") ? vm["source"].as<std::string>() : std::string(fallback);
     };
@@ -273,6 +279,7 @@ int plan_command(int argc, char** argv) {
     const auto overrides = overrides_of(vm);
     const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
     const int world = vm["world"].as<int>();
+    if (world < 1) throw BadInput(fmt::format("plan: --world {}: the job's ranks, at least 1", world));
     // The plan is made anywhere (a login node without GPUs): the device rules (run.device = cuda,
     // nccl, fp16) are checked where the run starts, on its nodes.
     config::Environment env;

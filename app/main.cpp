@@ -4,6 +4,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "core/error.hpp"
 
 int main(int argc, char** argv) {
   using namespace trident::app;
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
     print_usage();
     return 0;
   }
-  std::fprintf(stderr, "trident: error: unknown command '%s' (trident --help lists them)\n", command.c_str());
+  if (trident::launcher_rank() == 0)  // under mpiexec -n N, once
+    std::fprintf(stderr, "trident: error: unknown command '%s' (trident --help lists them)\n", command.c_str());
   return 2;
 }

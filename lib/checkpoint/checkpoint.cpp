@@ -282,7 +282,9 @@ std::string abandon(Hid& file, const std::string& path, const std::string& failu
 }
 
 // Rank 0 makes a written file the checkpoint: rename (atomic on one file system), then
-// `latest`, then the oldest pruned down to keep_last.
+// `latest`, then the oldest pruned down to keep_last. Files of later steps are not this run's
+// (it resumed from an earlier step: the later ones failed verification or were passed over by
+// --resume PATH); they are left alone and do not count, so the good earlier ones are kept.
 void commit(const std::string& dir, const std::string& tmp_path, int64_t step, int keep_last) {
   fs::rename(tmp_path, dir + "/" + step_file(step));
   const std::string latest_tmp = dir + "/latest.tmp";
@@ -293,7 +295,8 @@ void commit(const std::string& dir, const std::string& tmp_path, int64_t step, i
     if (!out) fatal_one("checkpoint: cannot write " + latest_tmp);
   }
   fs::rename(latest_tmp, dir + "/latest");
-  const std::vector<std::string> saved = step_files_in(dir);
+  std::vector<std::string> saved = step_files_in(dir);  // oldest first; names sort by step
+  saved.erase(std::upper_bound(saved.begin(), saved.end(), step_file(step)), saved.end());
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < saved.size(); ++i) fs::remove(dir + "/" + saved[i]);
 }
 
@@ -848,6 +851,7 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
     note = "--resume never: starting fresh";
     return "";
   }
+  if (mode.empty()) fatal_all("--resume '': give auto, never or a checkpoint file");
   if (mode != "auto") {
     const std::string problem = verify_collective(mode, comm);
     if (!problem.empty()) fatal_all(problem);

@@ -102,6 +102,7 @@ struct Watchdog::Impl {
   std::vector<int64_t> heard_ns;                // per peer: when its last beat arrived
   std::vector<MPI_Request> sends, recvs;
   std::atomic<bool> quit{false};
+  std::atomic<bool> progress_rules{false};  // watch_progress()
   std::atomic<double> cpu_seconds{0};  // the thread's own CPU time, updated as it runs
   std::thread thread;
   bool stopped = false;
@@ -191,6 +192,7 @@ struct Watchdog::Impl {
                               p, hosts[static_cast<size_t>(p)], static_cast<double>(silent) / 1e9),
                   now);
     }
+    if (!progress_rules.load(std::memory_order_relaxed)) return;
     const auto& mine = progress();
     const auto current = mine.current_op.load(std::memory_order_relaxed);
     const int64_t waited = now - mine.since_ns.load(std::memory_order_relaxed);
@@ -257,11 +259,19 @@ Watchdog::Watchdog(MPI_Comm comm, double timeout_s) {
   d.incoming.resize(n);
   d.heard.resize(n);
   d.heard_ns.assign(n, monotonic_ns());
+  // A process that has communicated through no tracked operation yet has been "computing" since
+  // now, not since the clock's zero.
+  int64_t never = 0;
+  progress().since_ns.compare_exchange_strong(never, monotonic_ns());
   d.sends.assign(n, MPI_REQUEST_NULL);
   d.recvs.assign(n, MPI_REQUEST_NULL);
   for (int p = 0; p < size; ++p)
     if (p != d.rank) d.post_recv(p);
   d.thread = std::thread([&d] { d.loop(); });
+}
+
+void Watchdog::watch_progress() {
+  if (impl_) impl_->progress_rules = true;
 }
 
 bool Watchdog::enabled() const { return impl_ != nullptr; }

@@ -12,7 +12,9 @@
 //   - this rank has been blocked in one operation for `timeout_s` and a live rank has made no
 //     progress outside communication for as long (a stuck main thread), or every rank has
 //     been blocked that long (mismatched collectives).
-// The steady-state cost is one small message per peer per period (timeout / 10, at most 1 s).
+// The first rule holds from construction (a rank stopped during start-up), the other two once
+// watch_progress() is called. The steady-state cost is one small message per peer per period
+// (timeout / 10, at most 1 s).
 #include <mpi.h>
 
 #include <memory>
@@ -22,8 +24,12 @@ namespace trident::comm {
 class Watchdog {
  public:
   // Collective over `comm`. timeout_s <= 0, one rank, or an MPI without MPI_THREAD_MULTIPLE:
-  // disabled (no thread, no messages).
+  // disabled (no thread, no messages). It starts watching heartbeats only: a run's start-up has
+  // phases where one rank works alone for long (the dataset scan of data.check_finite, timing
+  // the layers) while the others wait, which the progress rules would take for a stuck rank.
   Watchdog(MPI_Comm comm, double timeout_s);
+  // From now on also the progress rules (training: every rank communicates every step).
+  void watch_progress();
   // Without stop(): ends the thread without waiting for the other ranks (an error path).
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;

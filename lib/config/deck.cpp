@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -51,7 +52,11 @@ bool parse_value(const std::string& text, double& out) {
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(t.c_str(), &end);
-  if (errno != 0 || *end != '\0') return false;
+  // inf and nan are numbers to strtod, but no key means anything by them (an infinite
+  // learning rate, timeout or clipping threshold is a typo or a test of the parser).
+  // errno's ERANGE is left aside: an underflow (1e-320) is the tiny number it reads as, and an
+  // overflow reads as inf, refused here.
+  if (*end != '\0' || !std::isfinite(v)) return false;
   out = v;
   return true;
 }
@@ -100,6 +105,14 @@ const FieldAccess* find_field(const std::string& name) {
   for (const auto& f : accessors())
     if (f.info.name() == name) return &f;
   return nullptr;
+}
+
+// What a value of the field's type is, for "X is not ...".
+std::string a_value_of(const FieldAccess& field) {
+  const std::string& type = field.info.type;
+  if (type == "integer") return "an integer";
+  if (type == "number") return "a finite number";
+  return type;  // "true or false", "text"
 }
 
 // Line of `key = ...` inside `[section]` of an INI text, for messages; 0 if not found.
@@ -155,6 +168,11 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
                                : raw_text;
   deck.source_text = text;
   std::vector<std::string> errors;
+  // Boost reads a value up to a NUL byte and drops the rest (lr = 1e-3<NUL>junk ran as 0.001);
+  // a UTF-16 deck (Windows "Unicode") has one after every ASCII letter.
+  if (const auto nul = text.find('\0'); nul != std::string::npos)
+    throw_all(source, {fmt::format("{}:{}: a NUL byte: a deck is UTF-8 text (saved as UTF-16? save it as UTF-8)", source,
+                                   1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n'))});
 
   // Every value is read as text by Boost.Program_options and converted here, so a wrong type
   // gets a message naming the key, its line and the expected type.
@@ -185,8 +203,7 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
     const FieldAccess* field = find_field(name);
     const std::string raw = value.as<std::string>();
     if (!field->set(deck, raw))
-      errors.push_back(fmt::format("{}: {} = '{}' is not {} {}", where(source, text, name), name, raw,
-                                   field->info.type == "integer" ? "an" : "a", field->info.type));
+      errors.push_back(fmt::format("{}: {} = '{}' is not {}", where(source, text, name), name, raw, a_value_of(*field)));
   }
   for (const auto& item : overrides) {
     const auto eq = item.find('=');
@@ -197,8 +214,9 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
     } else if (!field) {
       errors.push_back(fmt::format("--set {}: unknown key '{}' (trident train --help-deck lists every key)", item, name));
     } else if (!field->set(deck, item.substr(eq + 1))) {
-      errors.push_back(fmt::format("--set {}: {} is not {} {}", item, name,
-                                   field->info.type == "integer" ? "an" : "a", field->info.type));
+      errors.push_back(fmt::format("--set {}: {} is not {}", item, name, a_value_of(*field)));
+    } else {
+      deck.overridden[name] = item;
     }
   }
   if (!errors.empty()) throw_all(source, errors);
@@ -217,14 +235,24 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
   // An ifstream opens a folder and reads nothing from it: the deck would be empty and the run
   // would fail later, on a key the user never wrote.
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  const auto status = fs::status(path, ec);
+  if (fs::is_directory(status))
     throw BadInput(fmt::format("bad deck {}: it is a folder, not a deck file (trident train DECK.ini)", path));
-  std::ifstream in(path);
+  // Reading a FIFO waits for a writer forever; /dev/null is the empty deck the tests use.
+  if (fs::is_fifo(status) || fs::is_socket(status) || fs::is_block_file(status))
+    throw BadInput(fmt::format("bad deck {}: not a regular file (a pipe, socket or disk)", path));
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw BadInput(fmt::format("bad deck {}: cannot open the file", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_deck_text(text.str(), path, overrides);
+  // Decks are a few KB; /dev/zero or a dataset given by mistake would be read whole otherwise.
+  constexpr std::streamsize kMaxDeckBytes = 1 << 20;
+  std::string text(static_cast<size_t>(kMaxDeckBytes) + 1, '\0');
+  in.read(text.data(), kMaxDeckBytes + 1);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (static_cast<std::streamsize>(text.size()) > kMaxDeckBytes)
+    throw BadInput(fmt::format("bad deck {}: larger than 1 MiB, not a deck (trident train DECK.ini)", path));
+  return parse_deck_text(text, path, overrides);
 }
 
 // ---- validation ---------------------------------------------------------------------------
@@ -258,6 +286,8 @@ std::vector<int64_t> hidden_sizes(const Deck& deck) {
   return sizes;
 }
 
+constexpr int64_t kMaxThreads = 1024;
+
 std::vector<std::string> validate(const Deck& d, const Environment& env) {
   std::vector<std::string> errors;
   auto fail = [&](const std::string& key, const std::string& text) {
@@ -277,12 +307,21 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.run.name.empty() || !std::regex_match(d.run.name, std::regex("[A-Za-z0-9_.+-]+")))
     fail("run.name", fmt::format("'{}' must be non-empty and use only letters, digits and _ . + -", d.run.name));
   if (d.run.output_dir.empty()) fail("run.output_dir", "must not be empty");
+  if (const auto open = d.run.output_dir.find("${"); open != std::string::npos)  // left after ${name} expanded
+    fail("run.output_dir", fmt::format("'{}': '{}' is not a variable it knows (${{name}} or ${{run.name}})",
+                                       d.run.output_dir, d.run.output_dir.substr(open, d.run.output_dir.find('}', open) - open + 1)));
   at_least("run.seed", static_cast<double>(d.run.seed), 0);
   at_least("run.max_steps", static_cast<double>(d.run.max_steps), 0);
   if (d.run.max_steps == 0) at_least("run.epochs", static_cast<double>(d.run.epochs), 1);
+  else at_least("run.epochs", static_cast<double>(d.run.epochs), 0);
   at_least("run.log_every", static_cast<double>(d.run.log_every), 1);
   at_least("run.threads", static_cast<double>(d.run.threads), 0);
-  at_least("run.fail_timeout_s", d.run.fail_timeout_s, 0);
+  if (d.run.threads > kMaxThreads)  // 100000 spent minutes creating threads before the first step
+    fail("run.threads", fmt::format("{} is out of range (at most {}; 0 = the cores per rank)", d.run.threads, kMaxThreads));
+  // The watchdog beats every timeout / 10, at least every 10 ms and at most every second: below
+  // 1 s the beats cannot keep up, and beyond 1e6 s (11 days) the nanosecond counts overflow.
+  if (d.run.fail_timeout_s != 0 && !(d.run.fail_timeout_s >= 1 && d.run.fail_timeout_s <= 1e6))
+    fail("run.fail_timeout_s", fmt::format("{} is out of range (0 = off, or 1 to 1e6 seconds)", d.run.fail_timeout_s));
   if (one_of("run.device", d.run.device, {"auto", "cpu", "cuda"}) && d.run.device == "cuda" && !env.cuda_available)
     fail("run.device", "'cuda' requested, but " + env.no_cuda_reason);
 
@@ -386,7 +425,9 @@ void validate_or_throw(const Deck& deck, const Environment& env) {
   std::vector<std::string> located;
   for (const auto& e : errors) {
     const std::string key = e.substr(0, e.find(':'));
-    located.push_back(fmt::format("{}: {}", where(deck.source, deck.source_text, key), e));
+    const auto set = deck.overridden.find(key);
+    located.push_back(fmt::format("{}: {}", set != deck.overridden.end() ? "--set " + set->second
+                                                                         : where(deck.source, deck.source_text, key), e));
   }
   throw_all(deck.source, located);
 }

@@ -4,6 +4,7 @@
 // `--help-deck` text and report.json's "deck" object are all generated from these lists, so
 // a key cannot exist without its documentation (tests/unit/deck_test.cpp pins the key list).
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,9 +19,9 @@
   X(run, max_steps, int64_t, 0, "optimizer steps to run; 0 = epochs x steps per epoch")         \
   X(run, log_every, int64_t, 50, "steps between progress lines and metrics.jsonl records")      \
   X(run, device, std::string, "auto", "auto | cpu | cuda (auto: cuda when this build and the node have GPUs)") \
-  X(run, threads, int64_t, 0, "intra-op threads per rank; 0 = cores of the node / ranks on the node") \
+  X(run, threads, int64_t, 0, "intra-op threads per rank (at most 1024); 0 = cores of the node / ranks on the node") \
   X(run, fail_timeout_s, double, 30.0,                                                          \
-    "abort the job when a rank is dead or makes no progress for this long (heartbeats); 0 = off") \
+    "abort the job when a rank is dead or makes no progress for this long (heartbeats; 1 to 1e6 seconds); 0 = off") \
   X(run, peak_tflops, double, 0.0,                                                              \
     "peak TFLOP/s per rank for MFU; 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
 
@@ -108,6 +109,7 @@ struct Deck {
   CheckpointSection checkpoint;
   std::string source = "(defaults)";  // the deck file, for messages
   std::string source_text;            // its text, to point messages at the key's line
+  std::map<std::string, std::string> overridden;  // key -> the --set that gave its value, for messages
 };
 
 // One key of the deck, as the generated description sees it.

@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace trident {
@@ -25,6 +26,12 @@ void set_identity(int rank, const std::string& host) {
 std::string who() {
   if (g_who == "rank ?") return "rank ? on " + host_name();
   return g_who;
+}
+
+int launcher_rank() {
+  for (const char* name : {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  return 0;
 }
 
 void fatal_all(const std::string& message) { throw BadInput(message); }

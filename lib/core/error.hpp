@@ -66,6 +66,9 @@ inline int exit_code_for(const std::exception_ptr& error) {
 
 // "rank 3 on node17" once MPI is up, "rank ? on host" before.
 std::string who();
+// The rank the launcher gave this process (mpiexec's PMI_RANK, srun's SLURM_PROCID, Open MPI's,
+// PMIx's), 0 when started alone: before MPI_Init, only rank 0 prints a command-line error.
+int launcher_rank();
 void set_identity(int rank, const std::string& host);
 
 [[noreturn]] void fail_mpi(int code, const char* call, const char* file, int line);

@@ -8,9 +8,11 @@
 #include <array>
 #include <cstdio>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -79,17 +81,26 @@ void write_atomically(const std::string& out, Fill fill) {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
   const fs::path target(out);
+  std::error_code ec;
+  if (fs::is_directory(target, ec))
+    fatal_all(fmt::format("prepare-data: --out {} is a folder; give the file to write, e.g. {}", out,
+                          (target / "data.h5").string()));
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
   const std::string tmp = out + ".tmp";
-  {
-    hdf5::Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file.valid()) fatal_all(fmt::format("prepare-data: cannot create {}", tmp));
-    hdf5::Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    hdf5::Hid test(HDF5_CHECK(H5Gcreate2(file, "test", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    fill(file.get());
-    HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+  try {
+    {
+      hdf5::Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+      if (!file.valid()) fatal_all(fmt::format("prepare-data: cannot create {}", tmp));
+      hdf5::Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+      hdf5::Hid test(HDF5_CHECK(H5Gcreate2(file, "test", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+      fill(file.get());
+      HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+    }
+    fs::rename(tmp, out);
+  } catch (...) {
+    fs::remove(tmp, ec);  // a failed conversion leaves nothing behind
+    throw;
   }
-  fs::rename(tmp, out);
 }
 
 }  // namespace
@@ -130,6 +141,8 @@ void prepare_fashion_mnist(const std::string& source_dir, const std::string& out
 void prepare_synthetic(const SyntheticSpec& spec, const std::string& out) {
   if (spec.train < 1 || spec.test < 1 || spec.classes < 2 || spec.channels < 1 || spec.height < 1 || spec.width < 1)
     fatal_all("prepare-data synthetic: sizes must be positive and classes >= 2");
+  if (!(spec.noise >= 0 && std::isfinite(spec.noise)))
+    fatal_all(fmt::format("prepare-data synthetic: --noise {} must be a finite standard deviation >= 0", spec.noise));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(spec.seed);
   const at::Tensor prototypes = at::randn({spec.classes, spec.channels, spec.height, spec.width}, gen);
   auto make = [&](int64_t n) {
@@ -216,6 +229,9 @@ void prepare_text(const std::string& source, double test_fraction, const std::st
 void prepare_synthetic_tokens(const SyntheticTokensSpec& spec, const std::string& out) {
   if (spec.train_tokens < 2 || spec.test_tokens < 2 || spec.vocab < 2)
     fatal_all("prepare-data synthetic: --tokens and --test-tokens must be >= 2 and --vocab >= 2");
+  if (spec.vocab > std::numeric_limits<int32_t>::max())  // the widest token type a dataset stores
+    fatal_all(fmt::format("prepare-data synthetic: --vocab {} is larger than int32 token ids hold ({})", spec.vocab,
+                          std::numeric_limits<int32_t>::max()));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(spec.seed);
   auto make = [&](int64_t n) {
     const at::Tensor t = at::randint(spec.vocab, {n}, gen, at::kLong);

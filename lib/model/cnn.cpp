@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -18,6 +19,9 @@ std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input) {
               std::to_string(input.sample_shape.size()));
   const int64_t channels = input.sample_shape[0];
   int64_t h = input.sample_shape[1], w = input.sample_shape[2];
+  if (h < 4 || w < 4)  // two 2x2 poolings leave nothing of a smaller image for the head
+    fatal_all(fmt::format("model.kind = cnn pools twice by 2, so it needs images of at least 4x4; data.path has {}x{}x{}",
+                          channels, h, w));
   std::vector<Layer> layers;
   int64_t in = channels;
   int index = 1;

@@ -24,6 +24,21 @@ data::Range owned_range(const Connection& conn, const StageParts& st) {
   return parallel::ElementPartition(st.flat->numel(), conn.topology->dp()).range(conn.topology->dp_rank());
 }
 
+// AdamW's moments mean nothing to SGD and the reverse: a resume keeps the optimizer that wrote the
+// file (its resolved deck says which; a deck this trident cannot read is left to the tensor checks).
+void check_same_optimizer(const config::Deck& deck, const checkpoint::Meta& meta, const std::string& path) {
+  std::string written_with;
+  try {
+    written_with = config::parse_deck_text(meta.deck, path, {}).optim.name;
+  } catch (const BadInput&) {
+    return;
+  }
+  if (written_with != deck.optim.name)
+    fatal_all(fmt::format("checkpoint {}: written with optim.name = {}, this run's is {}: its optimizer state does not "
+                          "carry over; resume with optim.name = {}, or start fresh with --resume never",
+                          path, written_with, deck.optim.name, written_with));
+}
+
 // Restores parameters, optimizer state, buffers and the step from `path`, whatever layout wrote it.
 Restored load_checkpoint(const config::Deck& deck, const Connection& conn, StageParts& st, const std::string& path) {
   Restored restored;
@@ -39,6 +54,7 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
       fatal_all(fmt::format("checkpoint {}: it is at step {}, beyond this run's {} steps (run.max_steps / "
                             "run.epochs); raise them or start fresh with --resume never", path, meta.step,
                             st.total_steps));
+    check_same_optimizer(deck, meta, path);
     reader.check_shapes("params", st.plan->placed_parameters());
     reader.check_shapes("buffers", st.plan->placed_buffers());
     const auto mine = st.plan->stage_parameters_placed(conn.topology->stage());
@@ -50,6 +66,7 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     else
       st.grad_sync->full_params().copy_(reader.read_flat("params", mine, 0, n));
     st.optimizer->allocate_state(st.grad_sync->optimizer_params());
+    for (auto& [name, state] : st.optimizer->state()) reader.check_shapes("optim/" + name, st.plan->placed_parameters());
     for (auto& [name, state] : st.optimizer->state()) {
       const bool part = st.grad_sync->sharded();
       state.copy_(reader.read_flat("optim/" + name, mine, part ? range.begin : 0, part ? range.end : n));

@@ -69,6 +69,27 @@ std::string owner_description() {
                      static_cast<long>(getpid()), when);
 }
 
+namespace {
+// A run writes these names into its folder; one of the wrong kind there (a file where the
+// checkpoints folder goes) would fail only at the first save or the end, after the run's work.
+std::string unusable_entry(const std::string& dir) {
+  const std::pair<const char*, fs::file_type> expected[] = {{"checkpoints", fs::file_type::directory},
+                                                            {"metrics.jsonl", fs::file_type::regular},
+                                                            {"report.json", fs::file_type::regular},
+                                                            {"goodput.jsonl", fs::file_type::regular}};
+  for (const auto& [name, type] : expected) {
+    std::error_code ec;
+    const auto status = fs::status(fs::path(dir) / name, ec);
+    if (fs::exists(status) && status.type() != type)
+      return fmt::format("run.output_dir {}: {} there is not a {}; the run writes its {} there (move it away, or "
+                         "give the run another run.output_dir)",
+                         dir, name, type == fs::file_type::directory ? "folder" : "regular file",
+                         type == fs::file_type::directory ? "checkpoints" : "records");
+  }
+  return "";
+}
+}  // namespace
+
 std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm comm) {
   std::unique_ptr<RunFolder> folder(new RunFolder());
   folder->dir_ = dir;
@@ -85,6 +106,7 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
       folder->first_created_.clear();
     } else {
       error = folder->lock();
+      if (error.empty()) error = unusable_entry(dir);
     }
     // Refused: what this attempt created goes again (the owner's files are untouched).
     if (!error.empty()) folder->abandon();

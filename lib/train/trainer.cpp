@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <exception>
 #include <thread>
 
@@ -105,6 +106,25 @@ void stall_if_asked(int rank, int64_t step) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// Fault injection for the watchdog tests, during start-up: TRIDENT_TEST_STARTUP=RANK:stop makes
+// that rank SIGSTOP itself (the others wait for it in the next agreement), RANK:busy=SECONDS keeps
+// it busy that long without communicating (as a long dataset scan does).
+void startup_fault_if_asked(int rank) {
+  static const char* spec = std::getenv("TRIDENT_TEST_STARTUP");
+  if (!spec) return;
+  int target = -1;
+  char what[32] = {0};
+  if (std::sscanf(spec, "%d:%31s", &target, what) != 2 || target != rank) return;
+  double seconds = 0;
+  if (std::string(what) == "stop") {
+    std::fprintf(stderr, "trident: test: rank %d stops itself during start-up (TRIDENT_TEST_STARTUP)\n", rank);
+    std::raise(SIGSTOP);
+  } else if (std::sscanf(what, "busy=%lf", &seconds) == 1) {
+    std::fprintf(stderr, "trident: test: rank %d busy for %.1f s during start-up (TRIDENT_TEST_STARTUP)\n", rank, seconds);
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  }
+}
+
 }  // namespace
 
 // Everything a run needs before its first step, in three steps that each return what they own
@@ -113,22 +133,36 @@ void stall_if_asked(int rank, int64_t step) {
 Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& resume) : s_(std::make_unique<State>()) {
   auto& s = *s_;
   s.deck = deck;
-  // The folder is this run's before anything in it is read or written; a second run into it
-  // stops here (bad input, naming the owner).
-  s.run_folder = RunFolder::claim(deck.run.output_dir, comm);
+  // A stop signal during start-up is acted on at the first step boundary, like one during training
+  // (it killed the process before).
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  // Heartbeats from here on: a rank that dies or is stopped during start-up ends the job too.
+  s.watchdog = std::make_unique<comm::Watchdog>(comm, deck.run.fail_timeout_s);
   try {
-    s.conn = connect(s.deck, comm);
-    const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);
-    s.stage = build_stage(s.deck, s.conn);
-    s.restored = restore(s.deck, s.conn, s.stage, from);
+    // The folder is this run's before anything in it is read or written; a second run into it
+    // stops here (bad input, naming the owner).
+    s.run_folder = RunFolder::claim(deck.run.output_dir, comm);
+    try {
+      s.conn = connect(s.deck, comm);
+      startup_fault_if_asked(s.conn.world.rank);
+      const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);
+      s.stage = build_stage(s.deck, s.conn);
+      s.restored = restore(s.deck, s.conn, s.stage, from);
+    } catch (const BadInput&) {
+      s.run_folder->abandon();  // bad input writes nothing: not even the folder
+      throw;
+    }
   } catch (const BadInput&) {
-    s.run_folder->abandon();  // bad input writes nothing: not even the folder
+    // Bad input is agreed, so every rank is here: the watchdog stops collectively (no heartbeat
+    // left in flight for a later communicator), watching progress so a rank that is not gets
+    // reported instead of waited for.
+    s.watchdog->watch_progress();
+    s.watchdog->stop();
     throw;
   }
   choose_step_decisions(s);  // after the load: an fp16 run continues from the saved scale
-  std::signal(SIGUSR1, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-  s.watchdog = std::make_unique<comm::Watchdog>(s.conn.world.comm, deck.run.fail_timeout_s);
+  s.watchdog->watch_progress();
 }
 
 // A Trainer dropped without run() (or after one that threw on every rank) still has its

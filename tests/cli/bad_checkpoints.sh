@@ -6,6 +6,9 @@
 #   other_version  format version rewritten to 99 (metadata checksum kept valid)
 #   corrupt        bytes in the middle of a tensor overwritten
 #   truncated      the file cut in half
+#   other_optimizer  an AdamW checkpoint resumed with SGD (its state does not carry over)
+# And a resume that passes over a damaged newest checkpoint prunes around it: the good older one
+# it resumed from is kept, the damaged later one is left as it was.
 source "$(dirname "$0")/common.sh" "$1" "$2" 2048
 make_bad=$3
 args=(--set data.path=syn.h5 --set run.max_steps=4 --set run.threads=1 --set optim.global_batch=64
@@ -38,4 +41,19 @@ expect_bad other_version "checkpoint other_version.h5: format version 99 \(this 
   --resume other_version.h5
 expect_bad corrupt "checkpoint corrupt.h5: .*(checksum|damaged)" --resume corrupt.h5
 expect_bad truncated "checkpoint truncated.h5: .*(truncated|damaged)" --resume truncated.h5
+expect_bad other_optimizer "checkpoint .*step_0000004.h5: written with optim.name = adamw, this run's is sgd" \
+  --set optim.name=sgd --resume "$good"
+
+# Checkpoints at steps 2 and 4, step 4 damaged; --resume auto takes step 2, the run saves step 3.
+chain=(--set checkpoint.every_steps=2 --set run.output_dir=runs/chain)
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" >chain.log 2>&1 || fail "chain: $(tail -3 chain.log)"
+printf 'trident-damage-%.0s' $(seq 64) | dd of=runs/chain/checkpoints/step_0000004.h5 bs=1 \
+  seek=$((size / 2)) conv=notrunc status=none
+damaged=$(md5sum <runs/chain/checkpoints/step_0000004.h5)
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=3 >resumed.log 2>&1 \
+  || fail "resume past a damaged checkpoint: $(tail -3 resumed.log)"
+grep -q "resuming from .*step_0000002.h5" resumed.log || fail "did not resume from step 2: $(grep -i resum resumed.log)"
+[ "$(cat runs/chain/checkpoints/latest)" = step_0000003.h5 ] || fail "latest is $(cat runs/chain/checkpoints/latest)"
+"$trident" inspect runs/chain/checkpoints/step_0000002.h5 >/dev/null || fail "the good step 2 it resumed from is gone or damaged"
+[ "$(md5sum <runs/chain/checkpoints/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
 echo PASS

@@ -5,6 +5,10 @@
 #   stopped  SIGSTOP to rank 1 (the whole process frozen: no heartbeats)
 #   stalled  rank 1's main thread stuck at step 30 (TRIDENT_TEST_STALL), its heartbeat alive
 #   killed   SIGKILL to rank 1 (Hydra ends the job itself, at once)
+# and during start-up, before the first step:
+#   startup_stopped  rank 1 SIGSTOPs itself (TRIDENT_TEST_STARTUP=1:stop): the job ends the same way
+#   startup_busy     rank 1 works 2 x fail_timeout_s without communicating (as a long dataset scan
+#                    does) while rank 0 waits: not a stuck rank; the run trains to the end
 # With "nccl" the ranks train on two GPUs over NCCL, so rank 0 is waiting inside an NCCL
 # collective when rank 1 stops (tests/gpu registers it; exit 77, skipped, with fewer than two).
 if [ "${3:-}" = nccl ]; then
@@ -69,4 +73,26 @@ grep -q "rank 1 on .* made no progress for more than $timeout_s s outside commun
 grep -Eq "^  rank 1 on .*: step 30, .* computing for" stalled.log || fail "stalled: rank 1's state not shown"
 
 run killed KILL
+
+# start_up CASE STARTUP_SPEC STEPS: a run of STEPS steps with TRIDENT_TEST_STARTUP; sets rc and seconds.
+start_up() {
+  local name=$1 spec=$2 steps=$3
+  local start=$(date +%s.%N)
+  set +e
+  TRIDENT_TEST_STARTUP=$spec timeout 60 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
+    --set "run.max_steps=$steps" --set "run.output_dir=runs/$name" --set "run.name=$marker" >"$name.log" 2>&1
+  rc=$?
+  set -e
+  seconds=$(echo "$(date +%s.%N) - $start" | bc)
+  echo "$name: exit code $rc after $seconds s"
+  sleep 0.5
+  [ -z "$(pgrep -f "run.name=$marker")" ] || fail "$name: processes left running: $(pgrep -af "run.name=$marker")"
+}
+start_up startup_stopped 1:stop 20
+[ "$rc" = 1 ] || fail "startup_stopped: exit code $rc, expected 1 (124: the job hung): $(tail -3 startup_stopped.log)"
+grep -q "rank 1 on .* stopped responding: no heartbeat for [5-9]\.[0-9] s" startup_stopped.log \
+  || fail "startup_stopped: no message naming rank 1: $(grep error startup_stopped.log)"
+start_up startup_busy 1:busy=$((2 * timeout_s)) 20
+[ "$rc" = 0 ] || fail "startup_busy: exit code $rc, expected 0 (a busy start-up is not a stuck rank): $(grep error startup_busy.log)"
+grep -q "busy for 10.0 s during start-up" startup_busy.log || fail "startup_busy: the start-up was not held up"
 echo PASS

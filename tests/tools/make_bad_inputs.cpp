@@ -38,12 +38,13 @@ void write(hid_t file, const std::string& name, const std::vector<hsize_t>& dims
   check(H5Dwrite(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, "H5Dwrite " + name);
 }
 
-// One dataset of `n` samples of 1x4x4 floats, 4 classes, then `damage` applied.
+// One dataset of `n` samples of 1 x side x side floats (4x4 unless said), 4 classes, then `damage` applied.
 struct Spec {
   std::string name;
   int64_t n = 256;
   bool labels = true, flat_inputs = false, int_inputs = false;
   int64_t bad_label_at = -1, nan_at = -1;
+  hsize_t side = 4;
 };
 
 void make_dataset(const std::string& dir, const Spec& spec) {
@@ -54,22 +55,24 @@ void make_dataset(const std::string& dir, const Spec& spec) {
   for (const char* split : {"train", "test"}) {
     Hid group(H5Gcreate2(file, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     const auto n = static_cast<hsize_t>(spec.n);
-    std::vector<float> inputs(n * 16);
+    const hsize_t pixels = spec.side * spec.side;
+    std::vector<float> inputs(n * pixels);
     std::vector<int64_t> labels(n);
     for (hsize_t i = 0; i < n; ++i) {
       labels[i] = static_cast<int64_t>(i % 4);
-      for (hsize_t j = 0; j < 16; ++j) inputs[i * 16 + j] = static_cast<float>(labels[i]) + 0.01f * static_cast<float>(j);
+      for (hsize_t j = 0; j < pixels; ++j)
+        inputs[i * pixels + j] = static_cast<float>(labels[i]) + 0.01f * static_cast<float>(j);
     }
     if (spec.bad_label_at >= 0) labels[static_cast<size_t>(spec.bad_label_at)] = 7;
-    if (spec.nan_at >= 0) inputs[static_cast<size_t>(spec.nan_at) * 16 + 3] = std::nanf("");
+    if (spec.nan_at >= 0) inputs[static_cast<size_t>(spec.nan_at) * pixels + 3] = std::nanf("");
     const std::string g = std::string("/") + split;
     if (spec.flat_inputs) {
       write(file, g + "/inputs", {n}, H5T_NATIVE_FLOAT, inputs.data());
     } else if (spec.int_inputs) {
       std::vector<int32_t> ints(inputs.begin(), inputs.end());
-      write(file, g + "/inputs", {n, 1, 4, 4}, H5T_NATIVE_INT32, ints.data());
+      write(file, g + "/inputs", {n, 1, spec.side, spec.side}, H5T_NATIVE_INT32, ints.data());
     } else {
-      write(file, g + "/inputs", {n, 1, 4, 4}, H5T_NATIVE_FLOAT, inputs.data());
+      write(file, g + "/inputs", {n, 1, spec.side, spec.side}, H5T_NATIVE_FLOAT, inputs.data());
     }
     if (spec.labels) write(file, g + "/labels", {n}, H5T_NATIVE_INT64, labels.data());
   }
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
     make_dataset(dir, {"label_out_of_range", 256, true, false, false, 100});
     make_dataset(dir, {"too_few_samples", 24});
     make_dataset(dir, {"nan_input", 256, true, false, false, -1, 77});
+    make_dataset(dir, {"small_images", 256, true, false, false, -1, -1, 3});
     make_tokens(dir, "tokens", 8192, -1);
     make_tokens(dir, "token_out_of_range", 8192, 1234);
     return 0;

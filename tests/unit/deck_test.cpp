@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 
@@ -84,7 +87,7 @@ TEST(Deck, UnknownSectionIsAnUnknownKey) {
 
 TEST(Deck, WrongTypeNamesKeyAndExpectedType) {
   const auto msg = bad_input_message([] { parse_deck_text("[optim]\n\nlr = fast\n", "deck.ini", {}); });
-  EXPECT_NE(msg.find("deck.ini:3: optim.lr = 'fast' is not a number"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("deck.ini:3: optim.lr = 'fast' is not a finite number"), std::string::npos) << msg;
   const auto msg2 = bad_input_message([] { parse_deck_text("[run]\nseed = 1.5\n", "deck.ini", {}); });
   EXPECT_NE(msg2.find("run.seed = '1.5' is not an integer"), std::string::npos) << msg2;
 }
@@ -208,4 +211,69 @@ TEST(Deck, MissingFile) {
 TEST(Deck, NameContainingThePlaceholderExpandsOnce) {
   const auto deck = config::parse_deck_text("[run]\nname = a${name}b\noutput_dir = x/${name}/${name}\n", "t.ini", {});
   EXPECT_EQ(deck.run.output_dir, "x/a${name}b/a${name}b");
+}
+
+// inf and nan parse as numbers, but no key means anything by them: an infinite learning rate
+// trained to a divergence, an infinite watchdog timeout aborted healthy runs at once.
+TEST(Deck, NonFiniteNumbersAreRefused) {
+  for (const char* value : {"inf", "-inf", "nan", "1e999"}) {
+    const auto msg = bad_input_message([&] { parse_deck_text(std::string("[optim]\nlr = ") + value + "\n", "d.ini", {}); });
+    EXPECT_NE(msg.find("d.ini:2: optim.lr = '" + std::string(value) + "' is not a finite number"), std::string::npos) << msg;
+  }
+  const auto msg = bad_input_message([] { parse_deck_text("", "d.ini", {"run.fail_timeout_s=inf"}); });
+  EXPECT_NE(msg.find("--set run.fail_timeout_s=inf: run.fail_timeout_s is not a finite number"), std::string::npos) << msg;
+}
+
+TEST(Deck, ThreadsAndWatchdogTimeoutHaveLimits) {
+  EXPECT_NE(validation_message("[run]\nthreads = 100000\n").find("run.threads: 100000 is out of range (at most 1024"),
+            std::string::npos);
+  EXPECT_EQ(validation_message("[run]\nthreads = 1024\n"), "");
+  for (const char* bad : {"0.5", "0.0001", "2e6", "-1"})
+    EXPECT_NE(validation_message(std::string("[run]\nfail_timeout_s = ") + bad + "\n")
+                  .find("run.fail_timeout_s: " + std::string(bad == std::string("2e6") ? "2000000" : bad) +
+                        " is out of range (0 = off, or 1 to 1e6 seconds)"),
+              std::string::npos)
+        << bad;
+  for (const char* good : {"0", "1", "30", "1e6"})
+    EXPECT_EQ(validation_message(std::string("[run]\nfail_timeout_s = ") + good + "\n"), "") << good;
+  EXPECT_NE(validation_message("[run]\nmax_steps = 5\nepochs = -1\n").find("run.epochs: -1 is out of range"),
+            std::string::npos);
+}
+
+TEST(Deck, UnknownVariableInOutputDirIsNamed) {
+  const auto msg = validation_message("[run]\noutput_dir = runs/${nope}/x\n");
+  EXPECT_NE(msg.find("test.ini:2: run.output_dir: 'runs/${nope}/x': '${nope}' is not a variable it knows"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(validation_message("[run]\nname = a\noutput_dir = runs/${name}/${run.name}\n"), "");
+}
+
+// A rule broken by a --set value names that --set, not a line of the deck that is not there.
+TEST(Deck, RuleBrokenByAnOverrideNamesTheOverride) {
+  const auto msg = bad_input_message([] {
+    const auto deck = parse_deck_text("[optim]\nlr = 1e-3\n", "test.ini", {"optim.micro_batch=0"});
+    config::validate_or_throw(deck, {1, false});
+  });
+  EXPECT_NE(msg.find("  --set optim.micro_batch=0: optim.micro_batch: 0 is out of range"), std::string::npos) << msg;
+}
+
+// Boost reads a value up to a NUL byte and dropped the rest silently; UTF-16 text has one after
+// every ASCII letter.
+TEST(Deck, NulBytesAreRefusedWithTheirLine) {
+  const char raw[] = "[optim]\nlr = 1e-3\0junk\n";
+  const std::string text(raw, sizeof(raw) - 1);
+  const auto msg = bad_input_message([&] { parse_deck_text(text, "d.ini", {}); });
+  EXPECT_NE(msg.find("d.ini:2: a NUL byte: a deck is UTF-8 text"), std::string::npos) << msg;
+}
+
+// A deck is read whole: not from a pipe (it would wait for a writer) nor an endless device.
+TEST(Deck, PipesAndEndlessFilesAreNotDecks) {
+  EXPECT_NE(bad_input_message([] { config::load_deck("/dev/zero", {}); }).find("bad deck /dev/zero: larger than 1 MiB"),
+            std::string::npos);
+  const std::string fifo = "/tmp/trident_deck_test_fifo_" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string msg = bad_input_message([&] { config::load_deck(fifo, {}); });
+  unlink(fifo.c_str());
+  EXPECT_NE(msg.find("bad deck " + fifo + ": not a regular file"), std::string::npos) << msg;
+  EXPECT_EQ(bad_input_message([] { config::load_deck("/dev/null", {}); }), "");  // the empty deck
 }
