@@ -213,9 +213,6 @@ int prepare_data_command(int argc, char** argv) {
     if (!vm.count("kind") || !vm.count("out"))
       throw BadInput("prepare-data: give a kind (fashion-mnist | synthetic | text) and --out FILE.h5");
     const std::string kind = vm["kind"].as<std::string>(), out = vm["out"].as<std::string>();
-    // Started as several tasks (srun -n 4 trident prepare-data ...), one writes the file: the
-    // others would race it on the same temporary name.
-    if (launcher_rank() != 0) return 0;
     auto source_or = [&](const char* fallback) {
       return vm.count("source") ? vm["source"].as<std::string>() : std::string(fallback);
     };
