@@ -31,11 +31,17 @@ namespace trident::app {
 
 namespace {
 
+// Who says an error: each process of a serial subcommand its own (as tasks of srun, each may
+// stage its own file); the ranks of `train` once, by rank 0 -- before MPI_Init (the command line)
+// the launcher's rank 0, since every task parses the same arguments.
+enum class Ranks { serial, train_before_mpi, train };
+
 // Runs a subcommand body and turns what it throws into the exit codes of DESIGN.md: bad input
 // is printed once (rank 0) and exits 2 on every rank; a fault of one rank aborts the job.
 template <typename Body>
-int guarded(bool mpi, Body body) {
-  int rank = launcher_rank(), size = 1;
+int guarded(Ranks ranks, Body body) {
+  const bool mpi = ranks == Ranks::train;
+  int rank = ranks == Ranks::train_before_mpi ? launcher_rank() : 0, size = 1;
   if (mpi) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -141,7 +147,7 @@ int train_command(int argc, char** argv) {
 
   // Help needs no MPI: answer it before MPI_Init so `trident train --help-deck` works anywhere.
   po::variables_map vm;
-  const int parsed = guarded(false, [&] {
+  const int parsed = guarded(Ranks::train_before_mpi, [&] {
     vm = parse(argc, argv, options, positional);
     return 0;
   });
@@ -156,7 +162,7 @@ int train_command(int argc, char** argv) {
   }
 
   comm::MpiSession mpi(&argc, &argv);
-  return guarded(true, [&] {
+  return guarded(Ranks::train, [&] {
     if (!vm.count("deck")) throw BadInput("train: no deck given (trident train DECK; see --help)");
     const auto overrides = overrides_of(vm);
     const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
@@ -204,7 +210,7 @@ int prepare_data_command(int argc, char** argv) {
       "seed", po::value<uint64_t>(&spec.seed)->default_value(spec.seed), "synthetic: seed");
   po::positional_options_description positional;
   positional.add("kind", 1);
-  return guarded(false, [&] {
+  return guarded(Ranks::serial, [&] {
     const auto vm = parse(argc, argv, options, positional);
     if (vm.count("help")) {
       std::cout << options << "\n";
@@ -240,7 +246,7 @@ int inspect_command(int argc, char** argv) {
   options.add_options()("help,h", "this help")("file", po::value<std::string>(), "an HDF5 dataset or checkpoint");
   po::positional_options_description positional;
   positional.add("file", 1);
-  return guarded(false, [&] {
+  return guarded(Ranks::serial, [&] {
     const auto vm = parse(argc, argv, options, positional);
     if (vm.count("help")) {
       std::cout << options << "\n";
@@ -266,7 +272,7 @@ int plan_command(int argc, char** argv) {
       "set", po::value<std::vector<std::string>>()->composing(), "override a deck key");
   po::positional_options_description positional;
   positional.add("deck", 1);
-  return guarded(false, [&] {
+  return guarded(Ranks::serial, [&] {
     const auto vm = parse(argc, argv, options, positional);
     if (vm.count("help")) {
       std::cout << options << "\n";
@@ -305,7 +311,7 @@ int report_command(int argc, char** argv) {
       "strong (fixed global batch) | weak (fixed batch per rank); default: inferred from the batches");
   po::positional_options_description positional;
   positional.add("dirs", -1);
-  return guarded(false, [&] {
+  return guarded(Ranks::serial, [&] {
     const auto vm = parse(argc, argv, options, positional);
     if (vm.count("help")) {
       std::cout << options << "\n";

@@ -11,9 +11,6 @@ int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "--help";
   // Each subcommand sees argv from its own name on: `train DECK --set ...`.
   if (command == "train") return train_command(argc - 1, argv + 1);
-  // The other subcommands are serial: started as several tasks (srun -n N in a job script), the
-  // first one does the work, so the others neither print it again nor race on its files.
-  if (trident::launcher_rank() != 0) return 0;
   if (command == "prepare-data") return prepare_data_command(argc - 1, argv + 1);
   if (command == "inspect") return inspect_command(argc - 1, argv + 1);
   if (command == "plan") return plan_command(argc - 1, argv + 1);
@@ -26,6 +23,7 @@ int main(int argc, char** argv) {
     print_usage();
     return 0;
   }
-  std::fprintf(stderr, "trident: error: unknown command '%s' (trident --help lists them)\n", command.c_str());
+  if (trident::launcher_rank() == 0)  // every task of mpiexec -n N makes the same mistake: said once
+    std::fprintf(stderr, "trident: error: unknown command '%s' (trident --help lists them)\n", command.c_str());
   return 2;
 }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <array>
@@ -86,7 +87,9 @@ void write_atomically(const std::string& out, Fill fill) {
     fatal_all(fmt::format("prepare-data: --out {} is a folder; give the file to write, e.g. {}", out,
                           (target / "data.h5").string()));
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  const std::string tmp = out + ".tmp";
+  // One temporary name per process: tasks that stage the same file (srun on several nodes, a
+  // shared folder) each write their own and rename it over the same name; the last one wins.
+  const std::string tmp = fmt::format("{}.tmp.{}", out, static_cast<long>(getpid()));
   try {
     {
       hdf5::Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));

@@ -63,6 +63,8 @@ void measure_layer_times(const config::Deck& deck, const Connection& conn, model
       seconds = model::time_layers(whole, input, config::resolved_micro_batch(deck, conn.world.size), conn.torch_device,
                                    optim::compute_type(deck.optim.precision));
       whole->to(at::kCPU);
+    } catch (const c10::Error& e) {  // LibTorch's message, without its C++ stack trace
+      error = std::string("parallel.balance = time: timing the model's layers failed: ") + e.what_without_backtrace();
     } catch (const std::exception& e) {
       error = std::string("parallel.balance = time: timing the model's layers failed: ") + e.what();
     }

@@ -71,13 +71,21 @@ int64_t evaluation_chunk(const Trainer::State& s) { return s.stage.plan->micro_b
 Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
   torch::NoGradGuard no_grad;
   s.stage.model->eval();
-  // Each replica evaluates its share of the test split, in chunks every stage agrees on.
-  const auto share = data::even_share(s.stage.test_split->size(), s.conn.topology->dp_rank(), s.conn.topology->dp());
-  double loss_sum = 0, correct = 0;
+  // Each replica evaluates its share of the test split, in chunks every stage agrees on. The
+  // shares differ by one sample where the split does not divide by dp; every replica still runs
+  // the same number of chunks (ZeRO-3 gathers each layer over the dp group in every forward), as
+  // many as the smallest share needs: a chunk of a larger share holds at most one sample more.
+  const int64_t total = s.stage.test_split->size();
+  const int dp = s.conn.topology->dp();
+  const auto share = data::even_share(total, s.conn.topology->dp_rank(), dp);
   const int64_t chunk = chunk_samples > 0 ? chunk_samples : evaluation_chunk(s);
+  const int64_t chunks = std::max<int64_t>(1, (total / dp + chunk - 1) / chunk);
+  double loss_sum = 0, correct = 0;
   auto& pipe = *s.stage.pipeline;
-  for (int64_t begin = share.begin; begin < share.end; begin += chunk) {
-    const int64_t end = std::min(share.end, begin + chunk);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t size = share.end - share.begin;
+    const int64_t begin = share.begin + size * c / chunks, end = share.begin + size * (c + 1) / chunks;
+    if (begin == end) continue;  // a replica with no sample at all (a test split smaller than dp)
     const auto [loss, right] = pipe.evaluate(end - begin, [&] {
       data::MicroBatch b;
       s.stage.test_split->read_range(begin, end, pipe.first() ? &b.inputs : nullptr, pipe.last() ? &b.labels : nullptr);

@@ -2,6 +2,7 @@
 // parameters after k steps as zero 0 (plain DDP) on the same ranks, with gradient accumulation,
 // with clipping active, and with partitions of uneven size; and each rank's model-state bytes
 // are the ZeRO paper's.
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -59,6 +60,33 @@ TEST(ZeroEquivalence, Stage3MlpSgd) {
   deck.optim.name = "sgd";
   deck.optim.lr = 0.5;
   expect_zero_equals_ddp(deck, 3);
+}
+
+// A test split that does not divide by dp (129 samples: 65 + 64 at dp 2, 33 + 3 x 32 at dp 4)
+// gives the replicas shares whose micro-batch chunks differ in number (9 and 8 of 8 samples).
+// ZeRO-3 gathers every layer's parameters over the dp group in each forward, so every replica
+// must run the same number of evaluation forwards: with one chunk more on one replica the ranks
+// waited for each other at the first evaluation. It finishes, and evaluates as DDP does.
+TEST(ZeroEquivalence, Stage3EvaluatesATestSplitThatDoesNotDivideByDp) {
+  const std::string path = shared_scratch_dir() + "/uneven_test_split.h5";
+  if (world_rank() == 0 && !std::filesystem::exists(path)) {
+    data::SyntheticSpec spec;
+    spec.train = 512;
+    spec.test = 129;
+    spec.classes = 4;
+    spec.height = spec.width = 12;
+    data::prepare_synthetic(spec, path);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto deck = tiny_deck("cnn", "z3_uneven_test");
+  deck.data.path = path;
+  deck.run.max_steps = 2;
+  deck.parallel.zero = 0;
+  const auto ddp = train_on(deck, MPI_COMM_WORLD, "zero0");
+  deck.parallel.zero = 3;
+  const auto sharded = train_on(deck, MPI_COMM_WORLD, "zero3");
+  EXPECT_NEAR(sharded.result.test_loss, ddp.result.test_loss, 1e-6 * ddp.result.test_loss);
+  EXPECT_NEAR(sharded.result.test_accuracy, ddp.result.test_accuracy, 1.0 / 129 + 1e-9);
 }
 
 // report.json's model-state bytes per rank against the paper's formula for fp32 AdamW
