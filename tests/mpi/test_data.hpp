@@ -28,15 +28,17 @@ inline std::string shared_scratch_dir() {
   return dir;
 }
 
-// A classification set of 1 x 12 x 12 images in 4 classes (rank 0 writes it once).
-inline std::string synthetic_dataset() {
-  const std::string path = shared_scratch_dir() + "/synthetic.h5";
+// A classification set of 1 x 12 x 12 images in 4 classes, 512 to train on and `test_samples`
+// to test (rank 0 writes each once).
+inline std::string synthetic_dataset(int64_t test_samples = 128) {
+  const std::string path = shared_scratch_dir() + "/synthetic" +
+                           (test_samples == 128 ? std::string() : "_test" + std::to_string(test_samples)) + ".h5";
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0 && !std::filesystem::exists(path)) {
     data::SyntheticSpec spec;
     spec.train = 512;
-    spec.test = 128;
+    spec.test = test_samples;
     spec.classes = 4;
     spec.height = spec.width = 12;
     data::prepare_synthetic(spec, path);

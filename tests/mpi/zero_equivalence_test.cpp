@@ -2,7 +2,6 @@
 // parameters after k steps as zero 0 (plain DDP) on the same ranks, with gradient accumulation,
 // with clipping active, and with partitions of uneven size; and each rank's model-state bytes
 // are the ZeRO paper's.
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -68,18 +67,8 @@ TEST(ZeroEquivalence, Stage3MlpSgd) {
 // must run the same number of evaluation forwards: with one chunk more on one replica the ranks
 // waited for each other at the first evaluation. It finishes, and evaluates as DDP does.
 TEST(ZeroEquivalence, Stage3EvaluatesATestSplitThatDoesNotDivideByDp) {
-  const std::string path = shared_scratch_dir() + "/uneven_test_split.h5";
-  if (world_rank() == 0 && !std::filesystem::exists(path)) {
-    data::SyntheticSpec spec;
-    spec.train = 512;
-    spec.test = 129;
-    spec.classes = 4;
-    spec.height = spec.width = 12;
-    data::prepare_synthetic(spec, path);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
   auto deck = tiny_deck("cnn", "z3_uneven_test");
-  deck.data.path = path;
+  deck.data.path = synthetic_dataset(129);
   deck.run.max_steps = 2;
   deck.parallel.zero = 0;
   const auto ddp = train_on(deck, MPI_COMM_WORLD, "zero0");
