@@ -1,6 +1,5 @@
 #include "commands.hpp"
 
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <mpi.h>
 #include <torch/version.h>
@@ -18,6 +17,7 @@
 #include "comm/world.hpp"
 #include "config/deck.hpp"
 #include "core/error.hpp"
+#include "core/torch_error.hpp"
 #include "data/prepare.hpp"
 #include "report/goodput.hpp"
 #include "report/study.hpp"
@@ -72,10 +72,8 @@ int guarded(Ranks ranks, Body body) {
     return kExitBadInput;
   } catch (const Fault& e) {  // its message already names rank and host
     return fault(e.what());
-  } catch (const c10::Error& e) {  // LibTorch's own message; its C++ stack trace helps no user
-    return fault(who() + ": " + e.what_without_backtrace());
-  } catch (const std::exception& e) {  // std::filesystem_error, std::bad_alloc, ...
-    return fault(who() + ": " + e.what());
+  } catch (const std::exception& e) {  // c10::Error, std::filesystem_error, std::bad_alloc, ...
+    return fault(who() + ": " + message_of(e));
   }
 }
 

@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include "core/error.hpp"
+#include "core/torch_error.hpp"
 #include "core/log.hpp"
 #include "model/layer_timing.hpp"
 #include "model/model.hpp"
@@ -63,10 +64,8 @@ void measure_layer_times(const config::Deck& deck, const Connection& conn, model
       seconds = model::time_layers(whole, input, config::resolved_micro_batch(deck, conn.world.size), conn.torch_device,
                                    optim::compute_type(deck.optim.precision));
       whole->to(at::kCPU);
-    } catch (const c10::Error& e) {  // LibTorch's message, without its C++ stack trace
-      error = std::string("parallel.balance = time: timing the model's layers failed: ") + e.what_without_backtrace();
     } catch (const std::exception& e) {
-      error = std::string("parallel.balance = time: timing the model's layers failed: ") + e.what();
+      error = std::string("parallel.balance = time: timing the model's layers failed: ") + message_of(e);
     }
   }
   comm::agree_or_throw(conn.world.comm, error);

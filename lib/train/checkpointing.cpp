@@ -66,8 +66,8 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     else
       st.grad_sync->full_params().copy_(reader.read_flat("params", mine, 0, n));
     st.optimizer->allocate_state(st.grad_sync->optimizer_params());
-    for (auto& [name, state] : st.optimizer->state()) reader.check_shapes("optim/" + name, st.plan->placed_parameters());
     for (auto& [name, state] : st.optimizer->state()) {
+      reader.check_shapes("optim/" + name, st.plan->placed_parameters());
       const bool part = st.grad_sync->sharded();
       state.copy_(reader.read_flat("optim/" + name, mine, part ? range.begin : 0, part ? range.end : n));
     }

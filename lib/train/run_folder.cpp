@@ -54,22 +54,6 @@ std::string outermost_missing(const std::string& dir) {
   return missing.string();
 }
 
-}  // namespace
-
-std::string owner_description() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const std::time_t now = std::time(nullptr);
-  char when[32] = {0};
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return fmt::format("job {}, host {}, pid {}, started {}", job ? job : "(none: not under SLURM)", host,
-                     static_cast<long>(getpid()), when);
-}
-
-namespace {
 // A run writes these names into its folder; one of the wrong kind there (a file where the
 // checkpoints folder goes) would fail only at the first save or the end, after the run's work.
 std::string unusable_entry(const std::string& dir) {
@@ -88,7 +72,21 @@ std::string unusable_entry(const std::string& dir) {
   }
   return "";
 }
+
 }  // namespace
+
+std::string owner_description() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const std::time_t now = std::time(nullptr);
+  char when[32] = {0};
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return fmt::format("job {}, host {}, pid {}, started {}", job ? job : "(none: not under SLURM)", host,
+                     static_cast<long>(getpid()), when);
+}
 
 std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm comm) {
   std::unique_ptr<RunFolder> folder(new RunFolder());

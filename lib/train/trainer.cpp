@@ -80,10 +80,10 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
   const auto share = data::even_share(total, s.conn.topology->dp_rank(), dp);
   const int64_t chunk = chunk_samples > 0 ? chunk_samples : evaluation_chunk(s);
   const int64_t chunks = std::max<int64_t>(1, (total / dp + chunk - 1) / chunk);
+  const int64_t size = share.end - share.begin;
   double loss_sum = 0, correct = 0;
   auto& pipe = *s.stage.pipeline;
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t size = share.end - share.begin;
     const int64_t begin = share.begin + size * c / chunks, end = share.begin + size * (c + 1) / chunks;
     if (begin == end) continue;  // a replica with no sample at all (a test split smaller than dp)
     const auto [loss, right] = pipe.evaluate(end - begin, [&] {
@@ -149,19 +149,15 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   s.watchdog = std::make_unique<comm::Watchdog>(comm, deck.run.fail_timeout_s);
   try {
     // The folder is this run's before anything in it is read or written; a second run into it
-    // stops here (bad input, naming the owner).
+    // stops here (bad input, naming the owner; claim leaves nothing behind itself).
     s.run_folder = RunFolder::claim(deck.run.output_dir, comm);
-    try {
-      s.conn = connect(s.deck, comm);
-      startup_fault_if_asked(s.conn.world.rank);
-      const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);
-      s.stage = build_stage(s.deck, s.conn);
-      s.restored = restore(s.deck, s.conn, s.stage, from);
-    } catch (const BadInput&) {
-      s.run_folder->abandon();  // bad input writes nothing: not even the folder
-      throw;
-    }
+    s.conn = connect(s.deck, comm);
+    startup_fault_if_asked(s.conn.world.rank);
+    const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);
+    s.stage = build_stage(s.deck, s.conn);
+    s.restored = restore(s.deck, s.conn, s.stage, from);
   } catch (const BadInput&) {
+    if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder
     // Bad input is agreed, so every rank is here: the watchdog stops collectively (no heartbeat
     // left in flight for a later communicator), watching progress so a rank that is not gets
     // reported instead of waited for.
