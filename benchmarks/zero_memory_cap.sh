@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A GPT whose fp32 AdamW model states do not fit a per-rank memory cap without sharding, trained
 # under that cap with ZeRO-3 at dp 8 (CPU ranks). Each rank runs in its own memory cgroup whose
-# limit is the cap, as SLURM's cgroup plugin confines a task: going over it is an OOM kill, not a
-# polite error. The script runs zero 0 and zero 3 under the same cap and prints, per run, the
-# expected model-state bytes (trident plan), the exit code, OOM kills, each rank's peak usage and
-# the losses. Needs root and a cgroup memory controller (v1 or v2).
+# limit is the cap, as SLURM's cgroup plugin confines a task: going over it is an OOM kill. The
+# script runs zero 0 and zero 3 under the same cap and prints, per run, the expected model-state
+# bytes (trident plan), the exit code, OOM kills, each rank's peak usage, the losses and the end of
+# the log: zero 0 is refused at start-up (exit 2, the memory check reads the cgroup's limit) and
+# zero 3 trains. Needs root and a cgroup memory controller (v1 or v2).
 #   benchmarks/zero_memory_cap.sh [BUILD_DIR]   DP=8 CAP_MB=640 LAYERS=4 D_MODEL=1024 STEPS=3
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "${1:-}"
@@ -50,7 +51,7 @@ for zero in 0 3; do
   printf '\nzero %s, dp %s, cap %s MiB per rank: expected model state %s MiB per rank (trident plan)\n' \
     "$zero" "$dp" "$cap_mb" "${expected:-?}"
   printf '  exit code %s, OOM kills %s, peak MiB per rank: %s\n  losses: %s\n' "$code" "$kills" "$peaks" "${losses:-none}"
-  grep -v '^\s*$' z$zero.log | tail -3 | cut -c1-160 | sed 's/^/  | /'
+  grep -v '^\s*$' z$zero.log | tail -3 | fold -s -w 110 | sed 's/^/  | /'
   json_runs+="${json_runs:+, }{\"zero\": $zero, \"expected_model_state_mib\": ${expected:-null}, \"exit_code\": $code, \"oom_kills\": $kills, \"peak_mib_per_rank\": [${peaks// /, }], \"losses\": [${losses}]}"
 done
 printf '{ "dp": %s, "cap_mib_per_rank": %s, "model": "gpt layers %s d_model %s", "runs": [%s] }\n' \

@@ -417,18 +417,33 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   return errors;
 }
 
+namespace {
+
+// `message` about `key`, after where the key's value came from: "--set k=v" or "deck.ini:12".
+std::string located_at(const Deck& deck, const std::string& key, const std::string& message) {
+  const auto set = deck.overridden.find(key);
+  return fmt::format("{}: {}", set != deck.overridden.end() ? "--set " + set->second : where(deck.source, deck.source_text, key),
+                     message);
+}
+
+std::string key_of(const std::string& message) { return message.substr(0, message.find(':')); }
+
+}  // namespace
+
 void validate_or_throw(const Deck& deck, const Environment& env) {
   const auto errors = validate(deck, env);
   if (errors.empty()) return;
   // Point each message at the key's line in the deck when we can find it.
   std::vector<std::string> located;
-  for (const auto& e : errors) {
-    const std::string key = e.substr(0, e.find(':'));
-    const auto set = deck.overridden.find(key);
-    located.push_back(fmt::format("{}: {}", set != deck.overridden.end() ? "--set " + set->second
-                                                                         : where(deck.source, deck.source_text, key), e));
-  }
+  for (const auto& e : errors) located.push_back(located_at(deck, key_of(e), e));
   throw_all(deck.source, located);
+}
+
+std::string locate(const Deck& deck, const std::string& message) {
+  const std::string key = key_of(message);
+  const auto& fields = deck_fields();
+  const bool is_key = std::any_of(fields.begin(), fields.end(), [&](const FieldInfo& f) { return f.name() == key; });
+  return is_key ? located_at(deck, key, message) : message;
 }
 
 // ---- printing ----------------------------------------------------------------------------

@@ -22,6 +22,8 @@
   X(run, threads, int64_t, 0, "intra-op threads per rank (at most 1024); 0 = cores of the node / ranks on the node") \
   X(run, fail_timeout_s, double, 30.0,                                                          \
     "abort the job when a rank is dead or makes no progress for this long (heartbeats; 1 to 1e6 seconds); 0 = off") \
+  X(run, check_memory, bool, true,                                                              \
+    "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's); false = skip") \
   X(run, peak_tflops, double, 0.0,                                                              \
     "peak TFLOP/s per rank for MFU; 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
 
@@ -138,6 +140,9 @@ struct Environment {
 std::vector<std::string> validate(const Deck& deck, const Environment& env);
 // Throws BadInput listing validate()'s messages, if any.
 void validate_or_throw(const Deck& deck, const Environment& env);
+// A message that starts with a key ("parallel.boundaries: ...") pointed at where its value came
+// from: "deck.ini:12: ..." or "--set parallel.boundaries=7: ..."; other messages as they are.
+std::string locate(const Deck& deck, const std::string& message);
 
 // Resolved values that need the world size.
 int64_t resolved_dp(const Deck& deck, int world_size);

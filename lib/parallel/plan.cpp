@@ -32,8 +32,10 @@ ModelStateBytes zero_state_bytes(int zero, int64_t numel, int dp, int64_t optimi
   return b;
 }
 
+// A function-try-block: the layout's errors (the grid, the batch, the cut) come from the initialisers
+// and the body alike, and each is pointed at the deck line or --set that gave the key it names.
 Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInfo> layers,
-           std::vector<int64_t> input_shape)
+           std::vector<int64_t> input_shape) try
     : grid_(RankGrid::of(deck, world_size)),
       zero_(static_cast<int>(deck.parallel.zero)),
       schedule_(deck.parallel.schedule),
@@ -84,6 +86,8 @@ Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInf
         placed_buffers_.push_back({b.name, b.shape, stage, 0, b.numel()});
     }
   }
+} catch (const BadInput& e) {
+  throw BadInput(config::locate(deck, e.what()));
 }
 
 int64_t Plan::parameters() const {
@@ -151,6 +155,12 @@ int64_t Plan::micro_batches_in_flight() const {
 
 double Plan::expected_bubble() const {
   return grid_.pp > 1 ? schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}).bubble : 0.0;
+}
+
+int64_t Plan::largest_activation_bytes() const {
+  int64_t largest = 0;
+  for (int s = 0; s < pp(); ++s) largest = std::max(largest, activation_bytes(s));
+  return largest;
 }
 
 ModelStateBytes Plan::state_bytes(int stage) const {

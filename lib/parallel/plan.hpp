@@ -85,6 +85,7 @@ class Plan {
   // fp32 bytes of a stage's outputs (every chunk's) for one micro-batch: what it keeps from
   // forward to backward.
   int64_t activation_bytes(int stage) const;
+  int64_t largest_activation_bytes() const;  // the most of any stage
   // Micro-batches a stage holds between forward and its last backward op at worst: GPipe all m,
   // 1F1B and ZB-H1 at most pp.
   int64_t micro_batches_in_flight() const;

@@ -6,6 +6,7 @@
 #include "core/log.hpp"
 #include "model/layer_timing.hpp"
 #include "model/model.hpp"
+#include "train/memory_check.hpp"
 #include "train/plan_text.hpp"
 #include "train/step.hpp"
 #include "train/trainer_state.hpp"
@@ -117,6 +118,9 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
     measure_layer_times(deck, conn, whole, input, layers);
   st.plan = std::make_unique<parallel::Plan>(deck, conn.world.size, std::move(layers), input.sample_shape);
   if (st.plan->pp() > 1) log_cut(*st.plan);
+  // Before the stage's model state is allocated: a deck that cannot fit is refused here, not
+  // OOM-killed later.
+  check_memory_fits(deck, conn, *st.plan);
   // This rank's layers, chunk after chunk (one chunk but for the interleaved schedule): the model
   // its flat buffers, gradient strategy and checkpoints see; the pipeline runs each chunk as a
   // slice of it.

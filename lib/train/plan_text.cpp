@@ -19,6 +19,13 @@ model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& t
   return {train_split.sample_shape(), classes, train_split.tokens()};
 }
 
+std::string size_text(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= (1 << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
+  if (b >= (1 << 20)) return fmt::format("{:.2f} MiB", b / (1 << 20));
+  return fmt::format("{:.1f} KiB", b / 1024);
+}
+
 namespace {
 
 // The dataset's sample shape when the file is there; else Fashion-MNIST's, or byte tokens.
@@ -37,19 +44,6 @@ model::InputSpec input_of(const config::Deck& deck, std::string& source) {
   }
   source = "assumed 1x28x28, 10 classes (" + deck.data.path + " not found)";
   return {{1, 28, 28}, 10};
-}
-
-std::string gib(int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (b >= (1 << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
-  if (b >= (1 << 20)) return fmt::format("{:.2f} MiB", b / (1 << 20));
-  return fmt::format("{:.1f} KiB", b / 1024);
-}
-
-int64_t largest_activation_bytes(const parallel::Plan& plan) {
-  int64_t largest = 0;
-  for (int s = 0; s < plan.pp(); ++s) largest = std::max(largest, plan.activation_bytes(s));
-  return largest;
 }
 
 // Every schedule for this pipeline: its bubble for equal op times (simulated from its op lists),
@@ -102,29 +96,29 @@ std::string plan_text(const config::Deck& deck, int world) {
         names += (l == begin ? (c ? " | " : "") : ", ") + plan.layers()[static_cast<size_t>(l)].name;
     }
     out += fmt::format("  stage {}: {:>12} parameters, {} of activations per micro-batch  [{}]\n", s,
-                       plan.stage_parameters(s), gib(plan.activation_bytes(s)), names);
+                       plan.stage_parameters(s), size_text(plan.activation_bytes(s)), names);
   }
   // Model state is per stage: the largest stage decides.
   const int largest = plan.largest_stage();
   const parallel::ModelStateBytes state = plan.state_bytes(largest);
   out += fmt::format("model state per rank of the largest stage (fp32, {}): params {} + grads {} + optimizer {} = {}\n",
-                     deck.optim.name, gib(state.params), gib(state.grads), gib(state.optimizer), gib(state.total()));
+                     deck.optim.name, size_text(state.params), size_text(state.grads), size_text(state.optimizer), size_text(state.total()));
   out += fmt::format("ZeRO paper's expectation for zero {}: {} per rank (zero 0 would be {})\n", plan.zero(),
-                     gib(state.total()), gib(plan.state_bytes_without_zero(largest).total()));
+                     size_text(state.total()), size_text(plan.state_bytes_without_zero(largest).total()));
   out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f}\n", plan.accumulation(), plan.schedule(),
                      plan.expected_bubble());
   if (pp > 1) out += schedule_table(pp, static_cast<int>(plan.accumulation()), plan.virtual_stages());
   // On a GPU all of this is device memory: the model state and the stage outputs of the
   // micro-batches in flight between forward and backward.
-  const int64_t largest_activation = largest_activation_bytes(plan);
+  const int64_t largest_activation = plan.largest_activation_bytes();
   const int64_t in_flight = plan.micro_batches_in_flight();
   const int64_t device_bytes = state.total() + in_flight * largest_activation;
   std::string gpu;
   if (const int gpus = comm::cuda_visible_devices(); gpus > 0)
-    gpu = fmt::format(" of {} on this node's {}", gib(comm::cuda_total_memory_bytes(0)), comm::cuda_device_name(0));
+    gpu = fmt::format(" of {} on this node's {}", size_text(comm::cuda_total_memory_bytes(0)), comm::cuda_device_name(0));
   out += fmt::format("device memory per rank on a GPU: at least {} = model state {} + stage outputs of {} micro-batch(es) "
                      "in flight {}{} (the layers' inner activations and the allocator's cache come on top)\n",
-                     gib(device_bytes), gib(state.total()), in_flight, gib(in_flight * largest_activation), gpu);
+                     size_text(device_bytes), size_text(state.total()), in_flight, size_text(in_flight * largest_activation), gpu);
   return out;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // `trident plan`: what a run would do, without running it: the layout, the batch arithmetic,
 // the model's parameters and the model-state bytes each rank will hold.
+#include <cstdint>
 #include <string>
 
 #include "config/deck.hpp"
@@ -12,6 +13,9 @@ namespace trident::train {
 // The model's input as the dataset gives it; a GPT's vocabulary is model.vocab when set (it
 // may exceed the dataset's, e.g. padded to a multiple of 64 for faster matmuls).
 model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& train_split);
+
+// "777.84 MiB", "1.20 GiB", "4.0 KiB".
+std::string size_text(int64_t bytes);
 
 std::string plan_text(const config::Deck& deck, int world_size);
 

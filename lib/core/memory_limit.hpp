@@ -1,0 +1,31 @@
+#pragma once
+// How much host memory this process may use: the tightest of its cgroups' memory limits (what
+// SLURM's task/cgroup plugin or a container runtime sets; going over is an OOM kill) and the
+// node's physical memory. Torch-free and MPI-free.
+#include <cstdint>
+#include <string>
+
+namespace trident {
+
+struct MemoryLimit {
+  int64_t bytes = 0;   // 0: nothing could be read
+  std::string source;  // for messages: "/sys/fs/cgroup/.../memory.max" or "/proc/meminfo MemTotal"
+  // What the processes that draw on this same limit have in common: the device and inode of the
+  // cgroup folder that sets it ("cgroup 35:1234"), or "MemTotal" for the node's memory.
+  std::string key;
+};
+
+// Reads /proc/self/cgroup, /proc/self/mountinfo, the limit files of the process's cgroup and each
+// of its ancestors (cgroup v1 memory.limit_in_bytes, v2 memory.max; "max" and v1's "unlimited"
+// near 2^63 do not count; a v1 parent with memory.use_hierarchy 0 ends the walk) and
+// /proc/meminfo. Where the node has swap, each limit counts the swap its group may use on top
+// (v1 memory.memsw.limit_in_bytes, v2 memory.swap.max, else all of SwapTotal): past the RAM
+// limit such a group swaps rather than dies. `root` prefixes every path it reads (tests give a
+// folder that imitates them); what it cannot read it leaves out.
+MemoryLimit host_memory_limit(const std::string& root = "");
+
+// This process's private resident memory now (/proc/self/status RssAnon: heap and anonymous
+// mappings, not the shared libraries' pages); 0 when it cannot be read.
+int64_t resident_anonymous_bytes(const std::string& root = "");
+
+}  // namespace trident

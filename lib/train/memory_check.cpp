@@ -1,0 +1,144 @@
+#include "train/memory_check.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <map>
+#include <type_traits>
+
+#include "comm/cuda_runtime.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/memory_limit.hpp"
+#include "parallel/plan.hpp"
+#include "train/plan_text.hpp"
+#include "train/trainer_state.hpp"
+
+namespace trident::train {
+
+namespace {
+
+// "rank 3", "ranks 0, 1", "ranks 0-3", "ranks 0, 2, 5-7" (ranks in increasing order).
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string runs;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (j == i + 1) j = i;  // two in a row read better as "0, 1"
+    runs += (i ? ", " : "") + (j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]));
+    i = j + 1;
+  }
+  return (ranks.size() == 1 ? "rank " : "ranks ") + runs;
+}
+
+// Each limit's total need at `zero` (with what the ranks hold already: `held`), by limit id.
+std::map<uint64_t, int64_t> needs_by_limit(const std::vector<MemoryClaim>& claims, int zero, bool held = false) {
+  std::map<uint64_t, int64_t> total;
+  for (const auto& c : claims) total[c.limit_id] += c.need_bytes[static_cast<size_t>(zero)] + (held ? c.held_bytes : 0);
+  return total;
+}
+
+bool every_limit_holds_with_room(const std::vector<MemoryClaim>& claims, int zero) {
+  const auto total = needs_by_limit(claims, zero, /*held=*/true);
+  for (const auto& c : claims)
+    if (c.limit_bytes > 0 && total.at(c.limit_id) > c.limit_bytes) return false;
+  return true;
+}
+
+// FNV-1a: ranks compare limit keys (a cgroup folder, a GPU's UUID) as one number.
+uint64_t id_of(const std::string& key) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : key) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+}  // namespace
+
+std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self, int zero, const std::string& host,
+                             const std::string& limit_text, const std::string& needs_text) {
+  const MemoryClaim& me = claims.at(self);
+  if (me.limit_bytes <= 0) return "";
+  const int64_t need = needs_by_limit(claims, zero).at(me.limit_id);
+  if (need <= me.limit_bytes) return "";
+  std::vector<int> sharing;
+  for (const auto& c : claims)
+    if (c.limit_id == me.limit_id) sharing.push_back(c.rank);
+  const bool one = sharing.size() == 1;
+  std::string message = fmt::format(
+      "the model does not fit in memory: {} on {} {} at least {}{} for {} at parallel.zero = {}, more than {} (a lower "
+      "bound: activations and the libraries' own memory come on top).",
+      ranks_text(sharing), host, one ? "needs" : "need", size_text(need), one ? "" : " together", needs_text, zero,
+      limit_text);
+  // The higher stages at which every limit of the node holds with what its ranks hold already on
+  // top, with this limit's figure.
+  std::string stages, figures;
+  int64_t held = 0;
+  for (const auto& c : claims)
+    if (c.limit_id == me.limit_id) held += c.held_bytes;
+  for (int z = zero + 1; z <= 3; ++z)
+    if (every_limit_holds_with_room(claims, z)) {
+      stages += (stages.empty() ? "" : " / ") + std::to_string(z);
+      figures += (figures.empty() ? "" : " / ") + size_text(needs_by_limit(claims, z).at(me.limit_id));
+    }
+  if (!stages.empty())
+    return message + fmt::format(" At parallel.zero = {} it would be at least {}{}{} (trident plan shows each rank's share).",
+                                 stages, figures, one ? "" : " together",
+                                 held > 0 ? fmt::format(", room left for the {} {} already", size_text(held),
+                                                        one ? "it holds" : "they hold")
+                                          : "");
+  return message + " No ZeRO stage fits it on these ranks: spread the model over more ranks (ZeRO shards it over "
+                   "parallel.dp, a pipeline cuts it over parallel.pp) or make it smaller.";
+}
+
+void check_memory_fits(const config::Deck& deck, const Connection& conn, const parallel::Plan& plan) {
+  if (!deck.run.check_memory) return;  // the same deck on every rank: all skip the collective alike
+  const bool on_gpu = conn.cuda_index >= 0;
+  const int stage = conn.topology->stage();
+  MemoryClaim mine;
+  mine.rank = conn.world.rank;
+  std::string limit_text, needs_text;
+  const std::string state_text = fmt::format("the fp32 model state (parameters, gradients, {} state of model.kind = {})",
+                                             deck.optim.name, deck.model.kind);
+  int64_t activation = 0;
+  if (on_gpu) {
+    // Every rank's state lives on its GPU, and at least one micro-batch of its stage's outputs
+    // waits there between forward and backward (2 bytes an element under bf16 / fp16).
+    try {
+      const std::string uuid = comm::cuda_device_uuid(conn.cuda_index);
+      mine.limit_id = id_of(uuid);
+      mine.limit_bytes = comm::cuda_total_memory_bytes(conn.cuda_index);
+      limit_text = fmt::format("the {} of GPU {} ({})", size_text(mine.limit_bytes), uuid,
+                               comm::cuda_device_name(conn.cuda_index));
+    } catch (const std::exception& e) {  // not checked; every rank still joins the gather below
+      mine.limit_bytes = 0;
+      log::warn("memory check skipped on {}: {}", conn.world.host, e.what());
+    }
+    activation = deck.optim.precision == "fp32" ? plan.activation_bytes(stage) : plan.activation_bytes(stage) / 2;
+    needs_text = state_text + " and one micro-batch of stage outputs";
+  } else {
+    const MemoryLimit limit = host_memory_limit();
+    mine.limit_id = id_of(limit.key);
+    mine.limit_bytes = limit.bytes;
+    limit_text = limit.key == "MemTotal" ? fmt::format("the node's {} ({})", size_text(limit.bytes), limit.source)
+                                         : fmt::format("the {} its cgroup allows ({})", size_text(limit.bytes), limit.source);
+    needs_text = state_text;
+    mine.held_bytes = resident_anonymous_bytes();
+  }
+  for (int z = 0; z <= 3; ++z)
+    mine.need_bytes[static_cast<size_t>(z)] =
+        parallel::zero_state_bytes(z, plan.stage_parameters(stage), plan.dp(), plan.optimizer_bytes_per_parameter())
+            .total() +
+        activation;
+
+  // The ranks of one node are the ones that can share a limit.
+  static_assert(std::is_trivially_copyable_v<MemoryClaim>);
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(conn.world.comm, MPI_COMM_TYPE_SHARED, conn.world.rank, MPI_INFO_NULL, &node));
+  std::vector<MemoryClaim> claims(static_cast<size_t>(conn.world.local_size));
+  MPI_CHECK(MPI_Allgather(&mine, sizeof(MemoryClaim), MPI_BYTE, claims.data(), sizeof(MemoryClaim), MPI_BYTE, node));
+  MPI_CHECK(MPI_Comm_free(&node));
+  comm::agree_or_throw(conn.world.comm, memory_shortfall(claims, static_cast<size_t>(conn.world.local_rank), plan.zero(),
+                                                         conn.world.host, limit_text, needs_text));
+}
+
+}  // namespace trident::train

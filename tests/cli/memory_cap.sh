@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# memory_cap.sh TRIDENT MPIEXEC: ranks under a cgroup memory limit, as SLURM's task/cgroup plugin
+# confines a job step, are told before training that the model state cannot fit (exit 2, one
+# message with the figures, the cgroup's limit file and the ZeRO stages that would fit, nothing
+# written, no OOM kill), and the stage it offers trains under the same caps. Needs root and a writable cgroup
+# memory controller (v1 or v2); without one it says so and is skipped (exit 77).
+source "$(dirname "$0")/common.sh" "$1" "$2" 64
+if [ -w /sys/fs/cgroup/memory ]; then
+  cgroup_root=/sys/fs/cgroup/memory limit_file=memory.limit_in_bytes
+elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null && [ -w /sys/fs/cgroup ]; then
+  cgroup_root=/sys/fs/cgroup limit_file=memory.max
+  grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+fi
+# A probe group with a limit written and this shell's child moved in: what the test needs.
+probe=${cgroup_root:-/nonexistent}/trident_test_probe_$$
+if ! { mkdir "$probe" && echo $((64 * 1048576)) >"$probe/$limit_file" && sh -c "echo \$\$ >$probe/cgroup.procs"; } 2>/dev/null; then
+  rmdir "$probe" 2>/dev/null || true
+  echo "SKIP: no writable cgroup memory controller (needs root)"
+  exit 77
+fi
+rmdir "$probe"
+groups=()
+cleanup() {
+  for g in "${groups[@]}"; do rmdir "$g" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+oom_kills() { cat "$1/memory.oom_control" "$1/memory.events" 2>/dev/null | sed -n 's/^oom_kill \([0-9]*\)/\1/p' | head -1; }
+
+"$trident" prepare-data synthetic --out tokens.h5 --tokens 100000 --test-tokens 1040 --vocab 256 >/dev/null
+# GPTs of d_model 1024: 4 blocks are 50,976,768 parameters (fp32 AdamW model state 777.84 MiB a
+# rank without ZeRO), 6 blocks 76,169,216 (1.14 GiB); every rank first builds the whole model.
+args=(/dev/null --set data.path=tokens.h5 --set model.kind=gpt --set model.d_model=1024 --set model.heads=8
+      --set model.seq_len=64 --set optim.global_batch=2 --set optim.micro_batch=1 --set run.max_steps=2
+      --set run.threads=1 --set checkpoint.every_steps=0)
+# Each rank moves itself into cgroup $1 (or $1_<rank> when $2 is "each"), then becomes trident.
+confine='d=$1; [ "$2" = each ] && d=${d}_${PMI_RANK:-0}; echo $$ >"$d/cgroup.procs"; shift 2; exec "$@"'
+make_group() { mkdir -p "$1" && echo $(($2 * 1048576)) >"$1/$limit_file" && groups+=("$1"); }
+
+# ---- 1. two ranks in one cgroup of 640 MiB (a job step): their needs add up; no ZeRO stage fits
+shared=$cgroup_root/trident_test_shared_$$
+make_group "$shared" 640
+set +e
+"$mpiexec" -n 2 bash -c "$confine" _ "$shared" one "$trident" train "${args[@]}" --set model.layers=4 \
+  --set run.output_dir=runs/one >one.log 2>&1
+rc=$?
+set -e
+refused "shared cgroup" one.log "$rc"
+grep -Eq "the model does not fit in memory: ranks 0, 1 on $(hostname) need at least 1.52 GiB together for the fp32 model state \(parameters, gradients, adamw state of model.kind = gpt\) at parallel.zero = 0, more than the 640.00 MiB its cgroup allows \($shared/$limit_file\)" one.log \
+  || fail "shared cgroup: the message does not give both ranks, the figures and the limit file"
+grep -q "No ZeRO stage fits it on these ranks" one.log || fail "shared cgroup: ZeRO-3 at dp 2 (777.84 MiB together) was offered"
+[ "$(oom_kills "$shared")" = 0 ] || fail "shared cgroup: a rank was OOM-killed"
+[ -e runs/one ] && fail "shared cgroup: the refused run left runs/one behind"
+
+# ---- 2. a cgroup of 1050 MiB per rank (per-task limits): zero 0 is refused, and of the stages whose
+# model state is below the cap (12, 10, 8 bytes a parameter at dp 2: 871.7, 726.4, 581.1 MiB) zero 3
+# leaves room for the whole model each rank has built (zero 2 only where the libraries' heap is
+# under ~40 MiB)
+for r in 0 1; do make_group "$cgroup_root/trident_test_each_$$_$r" 1050; done
+run_each() {  # ZERO LOG
+  "$mpiexec" -n 2 bash -c "$confine" _ "$cgroup_root/trident_test_each_$$" each "$trident" train "${args[@]}" \
+    --set model.layers=6 --set parallel.zero="$1" --set run.output_dir=runs/zero$1 >"$2" 2>&1
+}
+set +e
+run_each 0 each.log
+rc=$?
+set -e
+refused "cgroup per rank" each.log "$rc"
+grep -q "rank 0 on $(hostname) needs at least 1.14 GiB for the fp32 model state .* more than the 1.03 GiB its cgroup allows" each.log \
+  || fail "cgroup per rank: the message does not give rank 0's own need and limit"
+grep -Eq "At parallel.zero = (2 / )?3 it would be at least ([0-9.]+ MiB / )?581.12 MiB, room left for the [0-9.]+ MiB it holds already" each.log \
+  || fail "cgroup per rank: zero 3 is not the stage offered"
+
+# ---- 3. the stage offered trains under the same caps
+run_each 3 fits.log || fail "zero 3 under the caps: exit code $? ($(tail -3 fits.log))"
+grep -q '"steps": 2' runs/zero3/report.json || fail "zero 3 under the caps: no report of its 2 steps"
+for r in 0 1; do [ "$(oom_kills "$cgroup_root/trident_test_each_$$_$r")" = 0 ] || fail "rank $r was OOM-killed"; done
+echo PASS
