@@ -36,7 +36,7 @@ namespace {
 // the launcher's rank 0, since every task parses the same arguments.
 enum class Ranks { serial, train_before_mpi, train };
 
-// Runs a subcommand body and turns what it throws into the exit codes of DESIGN.md: bad input
+// Runs a subcommand body and turns what it throws into the exit codes of README.md ("Exit codes"): bad input
 // is printed once (rank 0) and exits 2 on every rank; a fault of one rank aborts the job.
 template <typename Body>
 int guarded(Ranks ranks, Body body) {

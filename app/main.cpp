@@ -1,4 +1,4 @@
-// trident: one executable, subcommands dispatched here (DESIGN.md "Command line").
+// trident: one executable, subcommands dispatched here (README.md "Using it").
 #include <cstdio>
 #include <cstring>
 #include <string>

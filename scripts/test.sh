@@ -13,6 +13,6 @@ ctest --preset ci -j "$(nproc)" "$@"
 if [ "${TRIDENT_SKIP_CUDA:-0}" != 1 ]; then
   PRESET=cuda bash scripts/build.sh
   ctest --preset cuda -j "$(nproc)" -L '^(unit|gpu)$' "$@"
-  ctest --preset cuda -j "$(nproc)" -R '^mpi_[A-Za-z]+_np[12]$' "$@"
+  ctest --preset cuda -j "$(nproc)" -R '^(mpi_[A-Za-z]+_np[12]|cli_installed_binary_runs)$' "$@"
 fi
 [ "${TRIDENT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/sanitize.sh

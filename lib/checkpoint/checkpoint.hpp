@@ -1,5 +1,5 @@
 #pragma once
-// Distributed checkpoints (DESIGN.md "Checkpoint contract"): one HDF5 file per save,
+// Distributed checkpoints (README.md "Checkpoints and restarts"): one HDF5 file per save,
 // independent of the layout that wrote it. Every tensor is stored under its model name with
 // its full shape (/params/<name>, /optim/<state>/<name>, /buffers/<name>); rank 0 lays the file
 // out and every rank writes, at the places it was given, the elements it owns under the current

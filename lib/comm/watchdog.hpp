@@ -1,5 +1,5 @@
 #pragma once
-// Fail fast when a rank dies or stops making progress (DESIGN.md "Errors"): without this a
+// Fail fast when a rank dies or stops making progress (README.md "When a rank dies or hangs"): without this a
 // surviving rank waits forever in its next collective (MPICH has no timeout; srun does not kill
 // the other tasks when one is SIGKILLed unless --kill-on-bad-exit).
 //

@@ -7,7 +7,7 @@
 
 namespace trident {
 
-// Exit codes of the executable (DESIGN.md "Command line").
+// Exit codes of the executable (README.md "Exit codes").
 enum ExitCode : int { kExitOk = 0, kExitFault = 1, kExitBadInput = 2, kExitStoppedBySignal = 3, kExitDiverged = 4 };
 
 // Bad input that every rank detects alike (deck, layout, dataset): rank 0 prints the message

@@ -1,6 +1,6 @@
 #pragma once
 // What a run writes: progress records (metrics.jsonl) and the summary report.json whose field
-// names are a contract with the scaling tools and job scripts (DESIGN.md).
+// names are a contract with the scaling tools and job scripts (README.md "What a run writes").
 #include <cstdint>
 #include <cstdio>
 #include <map>

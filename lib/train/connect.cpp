@@ -1,6 +1,8 @@
 // connect(): the first of a Trainer's three construction steps (trainer_state.hpp).
 #include <torch/torch.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -16,10 +18,24 @@ namespace trident::train {
 
 namespace {
 
+// run.threads = 0: the CPUs this rank may run on (its affinity: SLURM's --cpu-bind and
+// --cpus-per-task, mpiexec -bind-to, taskset, a container's cpuset), split among the ranks of the
+// node that have the same set. Not the node's core count: a task bound to 1 CPU of 64 would run
+// 64 threads on it. Collective over the node's ranks.
 int threads_per_rank(const config::Deck& deck, const comm::World& world) {
   if (deck.run.threads > 0) return static_cast<int>(deck.run.threads);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1, static_cast<int>(cores) / world.local_size);
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) {  // unknown: every CPU of the node
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()) && c < CPU_SETSIZE; ++c) CPU_SET(c, &mine);
+  }
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(world.comm, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node));
+  std::vector<cpu_set_t> all(static_cast<size_t>(world.local_size));
+  MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, node));
+  MPI_CHECK(MPI_Comm_free(&node));
+  const auto sharing = std::count_if(all.begin(), all.end(), [&](const cpu_set_t& s) { return CPU_EQUAL(&s, &mine); });
+  return std::max(1, CPU_COUNT(&mine) / static_cast<int>(std::max<std::ptrdiff_t>(1, sharing)));
 }
 
 // run.device -> this rank's device from the node's ranks and the GPUs it sees (one rank per

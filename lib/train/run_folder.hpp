@@ -1,5 +1,5 @@
 #pragma once
-// run.output_dir is owned by one run at a time (DESIGN.md "Files a run writes"). Two runs into
+// run.output_dir is owned by one run at a time (README.md "What a run writes"). Two runs into
 // one folder -- a deck submitted twice, a requeued job overlapping its predecessor -- would
 // interleave their checkpoints, `latest`, metrics.jsonl and report.json. The first run holds a
 // lock on <output_dir>/.trident-lock for its whole life; a second run is bad input (exit 2)

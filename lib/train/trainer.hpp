@@ -1,5 +1,5 @@
 #pragma once
-// One training run: the flow of DESIGN.md from topology to report, over the ranks of `comm`.
+// One training run: the flow of docs/ARCHITECTURE.md from topology to report, over the ranks of `comm`.
 #include <mpi.h>
 
 #include <memory>
