@@ -29,6 +29,7 @@ while [ $# -gt 0 ]; do
     -j) script=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --signal*) echo "restart_chain.sh: give the signal's lead as SIGNAL_S=N (the chain asks for --signal=B:USR1@N itself and tells trident)" >&2; exit 2 ;;
     *) sbatch_args+=("$1"); shift ;;
   esac
 done

@@ -316,7 +316,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   at_least("run.log_every", static_cast<double>(d.run.log_every), 1);
   at_least("run.threads", static_cast<double>(d.run.threads), 0);
   if (d.run.threads > kMaxThreads)  // 100000 spent minutes creating threads before the first step
-    fail("run.threads", fmt::format("{} is out of range (at most {}; 0 = the cores per rank)", d.run.threads, kMaxThreads));
+    fail("run.threads", fmt::format("{} is out of range (at most {}; 0 = the CPUs the rank may run on)", d.run.threads, kMaxThreads));
   // The watchdog beats every timeout / 10, at least every 10 ms and at most every second: below
   // 1 s the beats cannot keep up, and beyond 1e6 s (11 days) the nanosecond counts overflow.
   if (d.run.fail_timeout_s != 0 && !(d.run.fail_timeout_s >= 1 && d.run.fail_timeout_s <= 1e6))

@@ -19,7 +19,7 @@
   X(run, max_steps, int64_t, 0, "optimizer steps to run; 0 = epochs x steps per epoch")         \
   X(run, log_every, int64_t, 50, "steps between progress lines and metrics.jsonl records")      \
   X(run, device, std::string, "auto", "auto | cpu | cuda (auto: cuda when this build and the node have GPUs)") \
-  X(run, threads, int64_t, 0, "intra-op threads per rank (at most 1024); 0 = the CPUs the rank may run on (its affinity: --cpus-per-task, -bind-to, taskset), split among the node's ranks that share them") \
+  X(run, threads, int64_t, 0, "intra-op threads per rank (at most 1024); 0 = the CPUs the rank may run on (its affinity: --cpus-per-task, -bind-to, taskset), each shared equally among the node's ranks that may run on it") \
   X(run, fail_timeout_s, double, 30.0,                                                          \
     "abort the job when a rank is dead or makes no progress for this long (heartbeats; 1 to 1e6 seconds); 0 = off") \
   X(run, check_memory, bool, true,                                                              \

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <thread>
 
 #include "comm/backend.hpp"
@@ -18,24 +19,51 @@ namespace trident::train {
 
 namespace {
 
+// The CPUs this process may run on (sched_getaffinity), as a CPU_ALLOC set of `bytes` bytes;
+// the set grows until the kernel's mask fits (nodes of more than 1024 CPUs). Empty: unknown.
+std::vector<unsigned char> affinity_set() {
+  for (size_t cpus = 1024; cpus <= (size_t{1} << 20); cpus *= 2) {
+    std::vector<unsigned char> set(CPU_ALLOC_SIZE(cpus), 0);
+    if (sched_getaffinity(0, set.size(), reinterpret_cast<cpu_set_t*>(set.data())) == 0) return set;
+    if (errno != EINVAL) break;
+  }
+  return {};
+}
+
 // run.threads = 0: the CPUs this rank may run on (its affinity: SLURM's --cpu-bind and
-// --cpus-per-task, mpiexec -bind-to, taskset, a container's cpuset), split among the ranks of the
-// node that have the same set. Not the node's core count: a task bound to 1 CPU of 64 would run
-// 64 threads on it. Collective over the node's ranks.
+// --cpus-per-task, mpiexec -bind-to, taskset, a container's cpuset), each CPU shared equally
+// among the ranks of the node that may run on it: threads = the sum over its CPUs of 1 / (ranks
+// on that CPU), at least 1. Ranks with the same set split it; overlapping sets never add up to
+// more threads than CPUs. Not the node's core count: a task bound to 1 CPU of 64 would run 64
+// threads on it. Collective over the node's ranks.
 int threads_per_rank(const config::Deck& deck, const comm::World& world) {
   if (deck.run.threads > 0) return static_cast<int>(deck.run.threads);
-  cpu_set_t mine;
-  CPU_ZERO(&mine);
-  if (sched_getaffinity(0, sizeof mine, &mine) != 0) {  // unknown: every CPU of the node
-    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()) && c < CPU_SETSIZE; ++c) CPU_SET(c, &mine);
-  }
+  std::vector<unsigned char> mine = affinity_set();
+  // Every rank of the node sends sets of one size; an unknown set is every CPU the node has.
+  long long bytes = static_cast<long long>(mine.empty() ? CPU_ALLOC_SIZE(1024) : mine.size()), largest = 0;
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split_type(world.comm, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node));
-  std::vector<cpu_set_t> all(static_cast<size_t>(world.local_size));
-  MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, node));
+  MPI_CHECK(MPI_Allreduce(&bytes, &largest, 1, MPI_LONG_LONG, MPI_MAX, node));
+  const size_t size = static_cast<size_t>(largest), cpus = size * 8;
+  if (mine.empty()) {
+    mine.assign(size, 0);
+    const size_t online = std::min<size_t>(cpus, std::max(1u, std::thread::hardware_concurrency()));
+    for (size_t c = 0; c < online; ++c) CPU_SET_S(c, size, reinterpret_cast<cpu_set_t*>(mine.data()));
+  }
+  mine.resize(size, 0);
+  std::vector<unsigned char> all(size * static_cast<size_t>(world.local_size));
+  MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(size), MPI_BYTE, all.data(), static_cast<int>(size), MPI_BYTE, node));
   MPI_CHECK(MPI_Comm_free(&node));
-  const auto sharing = std::count_if(all.begin(), all.end(), [&](const cpu_set_t& s) { return CPU_EQUAL(&s, &mine); });
-  return std::max(1, CPU_COUNT(&mine) / static_cast<int>(std::max<std::ptrdiff_t>(1, sharing)));
+  auto* my_set = reinterpret_cast<cpu_set_t*>(mine.data());
+  double share = 0;
+  for (size_t c = 0; c < cpus; ++c) {
+    if (!CPU_ISSET_S(c, size, my_set)) continue;
+    int ranks_on_it = 0;
+    for (int r = 0; r < world.local_size; ++r)
+      ranks_on_it += CPU_ISSET_S(c, size, reinterpret_cast<cpu_set_t*>(all.data() + size * static_cast<size_t>(r))) ? 1 : 0;
+    share += 1.0 / std::max(1, ranks_on_it);
+  }
+  return std::max(1, static_cast<int>(share + 1e-9));
 }
 
 // run.device -> this rank's device from the node's ranks and the GPUs it sees (one rank per
