@@ -4,7 +4,7 @@
 
 namespace trident::optim {
 
-FlatParams::FlatParams(torch::nn::Module& model, torch::Device device) {
+FlatParams::FlatParams(torch::nn::Module& model, torch::Device device, bool flat_gradients) {
   int64_t total = 0;
   for (const auto& item : model.named_parameters()) {
     const auto& p = item.value();
@@ -14,14 +14,14 @@ FlatParams::FlatParams(torch::nn::Module& model, torch::Device device) {
   numel_ = total;
   options = torch::TensorOptions().dtype(torch::kFloat).device(device);
   params = torch::empty({total}, options);
-  grads = torch::zeros({total}, options);
+  if (flat_gradients) grads = torch::zeros({total}, options);
   torch::NoGradGuard no_grad;
   for (auto& slot : slots) {
     auto flat = params.narrow(0, slot.offset, slot.numel);
     flat.copy_(slot.param.reshape({-1}));
     slot.param.set_data(flat.view(slot.shape));
     // Autograd accumulates into an existing .grad in place, so gradients land in `grads`.
-    slot.param.mutable_grad() = grads.narrow(0, slot.offset, slot.numel).view(slot.shape);
+    if (flat_gradients) slot.param.mutable_grad() = grads.narrow(0, slot.offset, slot.numel).view(slot.shape);
   }
 }
 

@@ -19,10 +19,13 @@ struct ParamSlot {
 class FlatParams {
  public:
   // On `device`, where the model's parameters must already be (a stage may have none).
-  FlatParams(torch::nn::Module& model, torch::Device device);
+  // `flat_gradients` false (ZeRO-2 and 3, which keep only their gradient partition): no
+  // whole-model gradient buffer, which they would free at once, is allocated (4 bytes a parameter
+  // less at start-up), and each .grad stays undefined.
+  FlatParams(torch::nn::Module& model, torch::Device device, bool flat_gradients = true);
   torch::TensorOptions options;  // fp32 on the model's device: every buffer laid out like these
   torch::Tensor params;  // [numel], fp32
-  torch::Tensor grads;   // [numel], fp32; never reset to undefined, only zeroed
+  torch::Tensor grads;   // [numel], fp32; never reset to undefined, only zeroed (undefined without flat_gradients)
   std::vector<ParamSlot> slots;
 
   int64_t numel() const { return numel_; }  // also once ZeRO-3 has released `params`

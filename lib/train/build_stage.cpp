@@ -143,7 +143,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
                                                      deck.parallel.schedule);
   broadcast_model(st.model, *conn.dp_comm);
 
-  st.flat = std::make_unique<optim::FlatParams>(*st.model, conn.torch_device);
+  st.flat = std::make_unique<optim::FlatParams>(*st.model, conn.torch_device, /*flat_gradients=*/deck.parallel.zero < 2);
   st.grad_sync = parallel::make_grad_sync(deck, *st.flat, st.model, *conn.dp_comm);
   st.optimizer = optim::make_optimizer(deck, /*fused=*/!forced_step_decisions().empty());
   st.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, st.total_steps};
