@@ -71,6 +71,15 @@ World World::from(MPI_Comm comm) {
   return w;
 }
 
+std::vector<unsigned char> gather_on_node(const World& world, const void* mine, size_t bytes) {
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(world.comm, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node));
+  std::vector<unsigned char> all(bytes * static_cast<size_t>(world.local_size));
+  MPI_CHECK(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes), MPI_BYTE, node));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return all;
+}
+
 std::string first_error(MPI_Comm comm, const std::string& local_error) {
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));

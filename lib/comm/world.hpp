@@ -35,6 +35,10 @@ struct World {
 // Every rank passes its own verdict (empty = fine); if any rank has one, every rank throws
 // BadInput with the lowest failing rank's message (so rank 0 can print it once). Collective.
 void agree_or_throw(MPI_Comm comm, const std::string& local_error);
+// The `bytes` bytes at `mine` of every rank on this rank's node, in local-rank order (local_size
+// x bytes): what the ranks of a node compare (GPUs, CPU sets, memory limits). `bytes` must be
+// the same on each. Collective over the node's ranks.
+std::vector<unsigned char> gather_on_node(const World& world, const void* mine, size_t bytes);
 // `text` as `root` has it, on every rank. Collective.
 std::string broadcast(MPI_Comm comm, const std::string& text, int root = 0);
 // The same agreement without the throw: "" when no rank has an error. Collective.

@@ -30,9 +30,8 @@ std::string first_word(const std::string& path) {
   return word;
 }
 
-// A limit file's number, or 0 for "max", no limit, a missing or unreadable file.
-int64_t limit_in(const std::string& path) {
-  const std::string word = first_word(path);
+// A limit file's first word as a number, or 0 for "max", no limit, a missing or unreadable file.
+int64_t limit_of(const std::string& word) {
   if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos) return 0;
   try {
     const long long value = std::stoll(word);
@@ -42,9 +41,11 @@ int64_t limit_in(const std::string& path) {
   }
 }
 
-// "Name:   12345 kB" -> bytes, from a /proc file; 0 when the line is not there.
-int64_t kib_line(const std::string& path, const std::string& name) {
-  for (const std::string& line : lines_of(path)) {
+int64_t limit_in(const std::string& path) { return limit_of(first_word(path)); }
+
+// "Name:   12345 kB" -> bytes, from the lines of a /proc file; 0 when the line is not there.
+int64_t kib_line(const std::vector<std::string>& lines, const std::string& name) {
+  for (const std::string& line : lines) {
     std::istringstream words(line);
     std::string key, unit;
     long long kib = 0;
@@ -94,7 +95,7 @@ int64_t folder_limit(const std::string& root, const std::string& folder, bool v1
   // v1: memory.memsw.limit_in_bytes (where swap is accounted) is RAM and swap together; without
   // it the group may swap what the node has. v2: memory.swap.max is the swap alone.
   const std::string swap_word = first_word(at + (v1 ? "memory.memsw.limit_in_bytes" : "memory.swap.max"));
-  const int64_t swap_limit = limit_in(at + (v1 ? "memory.memsw.limit_in_bytes" : "memory.swap.max"));
+  const int64_t swap_limit = limit_of(swap_word);
   if (swap_word == "0") return ram;
   if (swap_limit == 0) return ram + swap_total;  // no file, "max" or v1's unlimited
   return v1 ? std::max(ram, std::min(swap_limit, ram + swap_total)) : ram + std::min(swap_limit, swap_total);
@@ -127,11 +128,14 @@ void tightest_on_path(const std::string& root, const Hierarchy& mount, std::stri
 
 }  // namespace
 
-int64_t resident_anonymous_bytes(const std::string& root) { return kib_line(root + "/proc/self/status", "RssAnon"); }
+int64_t resident_anonymous_bytes(const std::string& root) {
+  return kib_line(lines_of(root + "/proc/self/status"), "RssAnon");
+}
 
 MemoryLimit host_memory_limit(const std::string& root) {
   MemoryLimit best;
-  const int64_t swap_total = kib_line(root + "/proc/meminfo", "SwapTotal");
+  const std::vector<std::string> meminfo = lines_of(root + "/proc/meminfo");
+  const int64_t swap_total = kib_line(meminfo, "SwapTotal");
   // "HIERARCHY-ID:CONTROLLERS:PATH"; v2's line is "0::PATH".
   for (const std::string& line : lines_of(root + "/proc/self/cgroup")) {
     const auto first = line.find(':'), second = line.find(':', first + 1);
@@ -142,7 +146,7 @@ MemoryLimit host_memory_limit(const std::string& root) {
     Hierarchy mount;
     if ((v2 || v1_memory) && find_mount(root, v1_memory, &mount)) tightest_on_path(root, mount, path, swap_total, &best);
   }
-  const int64_t total = kib_line(root + "/proc/meminfo", "MemTotal");
+  const int64_t total = kib_line(meminfo, "MemTotal");
   if (total > 0 && (best.bytes == 0 || total + swap_total < best.bytes))
     best = {total + swap_total, swap_total > 0 ? "/proc/meminfo MemTotal + SwapTotal" : "/proc/meminfo MemTotal",
             "MemTotal"};

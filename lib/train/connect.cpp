@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "comm/backend.hpp"
@@ -40,27 +41,29 @@ int threads_per_rank(const config::Deck& deck, const comm::World& world) {
   if (deck.run.threads > 0) return static_cast<int>(deck.run.threads);
   std::vector<unsigned char> mine = affinity_set();
   // Every rank of the node sends sets of one size; an unknown set is every CPU the node has.
-  long long bytes = static_cast<long long>(mine.empty() ? CPU_ALLOC_SIZE(1024) : mine.size()), largest = 0;
-  MPI_Comm node;
-  MPI_CHECK(MPI_Comm_split_type(world.comm, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node));
-  MPI_CHECK(MPI_Allreduce(&bytes, &largest, 1, MPI_LONG_LONG, MPI_MAX, node));
-  const size_t size = static_cast<size_t>(largest), cpus = size * 8;
+  const size_t bytes = mine.empty() ? CPU_ALLOC_SIZE(1024) : mine.size();
+  const std::vector<unsigned char> sizes = comm::gather_on_node(world, &bytes, sizeof bytes);
+  size_t size = 0;
+  for (int r = 0; r < world.local_size; ++r) {
+    size_t theirs = 0;
+    std::memcpy(&theirs, sizes.data() + sizeof theirs * static_cast<size_t>(r), sizeof theirs);
+    size = std::max(size, theirs);
+  }
+  const size_t cpus = size * 8;
   if (mine.empty()) {
     mine.assign(size, 0);
     const size_t online = std::min<size_t>(cpus, std::max(1u, std::thread::hardware_concurrency()));
     for (size_t c = 0; c < online; ++c) CPU_SET_S(c, size, reinterpret_cast<cpu_set_t*>(mine.data()));
   }
   mine.resize(size, 0);
-  std::vector<unsigned char> all(size * static_cast<size_t>(world.local_size));
-  MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(size), MPI_BYTE, all.data(), static_cast<int>(size), MPI_BYTE, node));
-  MPI_CHECK(MPI_Comm_free(&node));
+  const std::vector<unsigned char> all = comm::gather_on_node(world, mine.data(), size);
   auto* my_set = reinterpret_cast<cpu_set_t*>(mine.data());
   double share = 0;
   for (size_t c = 0; c < cpus; ++c) {
     if (!CPU_ISSET_S(c, size, my_set)) continue;
     int ranks_on_it = 0;
     for (int r = 0; r < world.local_size; ++r)
-      ranks_on_it += CPU_ISSET_S(c, size, reinterpret_cast<cpu_set_t*>(all.data() + size * static_cast<size_t>(r))) ? 1 : 0;
+      ranks_on_it += CPU_ISSET_S(c, size, reinterpret_cast<const cpu_set_t*>(all.data() + size * static_cast<size_t>(r))) ? 1 : 0;
     share += 1.0 / std::max(1, ranks_on_it);
   }
   return std::max(1, static_cast<int>(share + 1e-9));
@@ -108,18 +111,17 @@ void choose_device(const config::Deck& deck, Connection& conn) {
 std::string choose_backend(const config::Deck& deck, const Connection& conn) {
   std::string sharing;
   if (conn.cuda_index >= 0) {
-    MPI_Comm node;
-    MPI_CHECK(MPI_Comm_split_type(conn.world.comm, MPI_COMM_TYPE_SHARED, conn.world.rank, MPI_INFO_NULL, &node));
-    constexpr int kIdBytes = 64;
-    std::vector<char> mine(kIdBytes, '\0'), all(static_cast<size_t>(kIdBytes) * conn.world.local_size);
+    constexpr size_t kIdBytes = 64;
+    std::vector<char> mine(kIdBytes, '\0');
     const std::string uuid = comm::cuda_device_uuid(conn.cuda_index);
     std::copy_n(uuid.begin(), std::min<size_t>(uuid.size(), kIdBytes - 1), mine.begin());
-    std::vector<int> world_ranks(conn.world.local_size);
-    MPI_CHECK(MPI_Allgather(mine.data(), kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, node));
-    MPI_CHECK(MPI_Allgather(&conn.world.rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, node));
-    MPI_CHECK(MPI_Comm_free(&node));
+    const std::vector<unsigned char> all = comm::gather_on_node(conn.world, mine.data(), kIdBytes);
+    const std::vector<unsigned char> ranks = comm::gather_on_node(conn.world, &conn.world.rank, sizeof(int));
+    std::vector<int> world_ranks(static_cast<size_t>(conn.world.local_size));
+    std::memcpy(world_ranks.data(), ranks.data(), ranks.size());
     std::vector<std::string> ids;
-    for (int i = 0; i < conn.world.local_size; ++i) ids.emplace_back(all.data() + static_cast<size_t>(i) * kIdBytes);
+    for (int i = 0; i < conn.world.local_size; ++i)
+      ids.emplace_back(reinterpret_cast<const char*>(all.data()) + static_cast<size_t>(i) * kIdBytes);
     sharing = comm::ranks_sharing_a_gpu(ids, world_ranks, conn.world.host);
   }
   // Every rank takes the same backend: a sharing node anywhere decides for all. The lowest rank

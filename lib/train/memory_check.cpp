@@ -1,8 +1,8 @@
 #include "train/memory_check.hpp"
 
 #include <fmt/format.h>
-#include <mpi.h>
 
+#include <cstring>
 #include <map>
 #include <type_traits>
 
@@ -61,8 +61,12 @@ std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self
   const int64_t need = needs_by_limit(claims, zero).at(me.limit_id);
   if (need <= me.limit_bytes) return "";
   std::vector<int> sharing;
+  int64_t held = 0;  // what they hold already
   for (const auto& c : claims)
-    if (c.limit_id == me.limit_id) sharing.push_back(c.rank);
+    if (c.limit_id == me.limit_id) {
+      sharing.push_back(c.rank);
+      held += c.held_bytes;
+    }
   const bool one = sharing.size() == 1;
   std::string message = fmt::format(
       "the model does not fit in memory: {} on {} {} at least {}{} for {} at parallel.zero = {}, more than {} (a lower "
@@ -72,9 +76,6 @@ std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self
   // The higher stages at which every limit of the node holds with what its ranks hold already on
   // top, with this limit's figure.
   std::string stages, figures;
-  int64_t held = 0;
-  for (const auto& c : claims)
-    if (c.limit_id == me.limit_id) held += c.held_bytes;
   for (int z = zero + 1; z <= 3; ++z)
     if (every_limit_holds_with_room(claims, z)) {
       stages += (stages.empty() ? "" : " / ") + std::to_string(z);
@@ -132,11 +133,9 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
 
   // The ranks of one node are the ones that can share a limit.
   static_assert(std::is_trivially_copyable_v<MemoryClaim>);
-  MPI_Comm node;
-  MPI_CHECK(MPI_Comm_split_type(conn.world.comm, MPI_COMM_TYPE_SHARED, conn.world.rank, MPI_INFO_NULL, &node));
+  const std::vector<unsigned char> gathered = comm::gather_on_node(conn.world, &mine, sizeof mine);
   std::vector<MemoryClaim> claims(static_cast<size_t>(conn.world.local_size));
-  MPI_CHECK(MPI_Allgather(&mine, sizeof(MemoryClaim), MPI_BYTE, claims.data(), sizeof(MemoryClaim), MPI_BYTE, node));
-  MPI_CHECK(MPI_Comm_free(&node));
+  std::memcpy(claims.data(), gathered.data(), gathered.size());
   comm::agree_or_throw(conn.world.comm, memory_shortfall(claims, static_cast<size_t>(conn.world.local_rank), plan.zero(),
                                                          conn.world.host, limit_text, needs_text));
 }
