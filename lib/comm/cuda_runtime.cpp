@@ -52,6 +52,12 @@ int64_t cuda_peak_allocated_bytes(int index) {
   return stats.allocated_bytes[0].peak;  // [0]: StatType::AGGREGATE (all pools), in every LibTorch version
 }
 
+int64_t cuda_reset_peak_allocated_bytes(int index) {
+  const auto device = static_cast<c10::DeviceIndex>(index);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device).allocated_bytes[0].current;
+}
+
 void cuda_synchronize(int index) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
   CUDA_CHECK(cudaDeviceSynchronize());

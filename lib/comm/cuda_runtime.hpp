@@ -24,6 +24,8 @@ std::string cuda_device_uuid(int index);
 // since the start (report.json "memory", per rank); 0 in a CPU build.
 int64_t cuda_total_memory_bytes(int index);
 int64_t cuda_peak_allocated_bytes(int index);
+// Starts that peak again from what is allocated now, and returns that (tests of a phase's peak).
+int64_t cuda_reset_peak_allocated_bytes(int index);
 // Waits for the device's work (timings at a step boundary); nothing in a CPU build.
 void cuda_synchronize(int index);
 // LibTorch's current stream on device `index` (a cudaStream_t), for launching trident's own

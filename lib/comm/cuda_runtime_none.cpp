@@ -12,6 +12,7 @@ std::string cuda_device_name(int) { return ""; }
 std::string cuda_device_uuid(int) { return ""; }
 int64_t cuda_total_memory_bytes(int) { return 0; }
 int64_t cuda_peak_allocated_bytes(int) { return 0; }
+int64_t cuda_reset_peak_allocated_bytes(int) { return 0; }
 void cuda_synchronize(int) {}
 void* cuda_current_stream(int) { return nullptr; }
 

@@ -5,6 +5,7 @@
 #include <c10/util/Half.h>
 
 #include <functional>
+#include <string_view>
 
 #include "comm/progress.hpp"
 #include "core/error.hpp"
@@ -297,6 +298,24 @@ void MpiCommunicator::reduce_numbers(std::vector<double>& values, Reduce op) {
   OpScope scope(Op::all_reduce);
   const MPI_Op mpi_op = op == Reduce::sum ? MPI_SUM : op == Reduce::max ? MPI_MAX : MPI_MIN;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, mpi_op, comm_));
+}
+
+bool make_identical(MpiCommunicator& group, std::vector<at::Tensor>& tensors) {
+  if (group.size() == 1) return false;
+  uint64_t hash = 0;
+  for (const auto& t : tensors) {
+    TRIDENT_CHECK(t.device().is_cpu(), "make_identical: the tensors must be in host memory");
+    const auto c = t.contiguous();
+    const std::string_view bytes(static_cast<const char*>(c.data_ptr()), c.nbytes());
+    hash = (hash * 1000003u) ^ std::hash<std::string_view>{}(bytes);
+  }
+  // Each 32-bit half is exact as a double: the same everywhere iff min == max.
+  std::vector<double> low{static_cast<double>(hash >> 32), static_cast<double>(hash & 0xffffffffu)}, high = low;
+  group.reduce_numbers(low, Reduce::min);
+  group.reduce_numbers(high, Reduce::max);
+  if (low == high) return false;
+  for (auto& t : tensors) group.broadcast(t, 0);
+  return true;
 }
 
 }  // namespace trident::comm

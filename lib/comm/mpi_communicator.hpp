@@ -1,6 +1,8 @@
 #pragma once
 #include <mpi.h>
 
+#include <vector>
+
 #include "comm/communicator.hpp"
 
 namespace trident::comm {
@@ -48,5 +50,11 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   bool stage_through_host_ = false;
 };
+
+// Makes host tensors equal on every rank of `group` to rank 0's: compares a hash of their bytes
+// (two small reductions) and broadcasts them only if any rank's differ. Returns whether it did.
+// For what every rank should have computed alike (a model built from one seed), at no
+// traffic's cost when it did.
+bool make_identical(MpiCommunicator& group, std::vector<at::Tensor>& tensors);
 
 }  // namespace trident::comm

@@ -1,6 +1,9 @@
 #include "core/memory_limit.hpp"
 
 #include <sys/stat.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <fstream>
@@ -127,6 +130,12 @@ void tightest_on_path(const std::string& root, const Hierarchy& mount, std::stri
 }
 
 }  // namespace
+
+void release_free_heap() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 
 int64_t resident_anonymous_bytes(const std::string& root) {
   return kib_line(lines_of(root + "/proc/self/status"), "RssAnon");

@@ -28,4 +28,10 @@ MemoryLimit host_memory_limit(const std::string& root = "");
 // mappings, not the shared libraries' pages); 0 when it cannot be read.
 int64_t resident_anonymous_bytes(const std::string& root = "");
 
+// Hands the free pages of malloc's heap back to the system (glibc's malloc_trim; nothing
+// elsewhere). Once it has freed one large block, glibc serves blocks of that size from its heap,
+// which keeps what is freed there resident: tensors copied and dropped (the stage copied into the
+// flat buffer) would otherwise stay counted against the rank's memory as long as it runs.
+void release_free_heap();
+
 }  // namespace trident

@@ -13,7 +13,7 @@ namespace trident::model {
 
 // The ConvNet of the seeds: two conv(3x3)-BN-ReLU-maxpool(2) blocks (32 and 64 channels) and
 // a linear head. Three layers for a pipeline to cut.
-std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input) {
+void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink& emit) {
   if (input.sample_shape.size() != 3)
     fatal_all("model.kind = cnn needs image inputs C x H x W; data.path has samples of rank " +
               std::to_string(input.sample_shape.size()));
@@ -22,7 +22,6 @@ std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input) {
   if (h < 4 || w < 4)  // two 2x2 poolings leave nothing of a smaller image for the head
     fatal_all(fmt::format("model.kind = cnn pools twice by 2, so it needs images of at least 4x4; data.path has {}x{}x{}",
                           channels, h, w));
-  std::vector<Layer> layers;
   int64_t in = channels;
   int index = 1;
   for (int64_t out : {32, 64}) {
@@ -31,7 +30,7 @@ std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input) {
     block->push_back("bn", torch::nn::BatchNorm2d(out));
     block->push_back("relu", torch::nn::ReLU());
     block->push_back("pool", torch::nn::MaxPool2d(2));
-    layers.push_back({"block" + std::to_string(index++), block});
+    emit({"block" + std::to_string(index++), block});
     in = out;
     h /= 2;
     w /= 2;
@@ -39,9 +38,8 @@ std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input) {
   torch::nn::Sequential head;
   head->push_back("flatten", torch::nn::Flatten());
   head->push_back("linear", torch::nn::Linear(in * h * w, input.classes));
-  layers.push_back({"head", head});
+  emit({"head", head});
   (void)deck;
-  return layers;
 }
 
 }  // namespace trident::model

@@ -104,39 +104,39 @@ TORCH_MODULE(Block);
 
 // embed, block1..blockL, head (final LayerNorm + untied linear to the vocabulary): L + 2
 // layers for a pipeline to cut. Logits [batch, T, vocab].
-std::vector<Layer> build_gpt(const config::Deck& deck, const InputSpec& input) {
+void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink& emit) {
   const auto& m = deck.model;
   const int64_t vocab = input.classes, d = m.d_model;
-  std::vector<Layer> layers;
+  // GPT-2's initialisation: N(0, 0.02) weights, zero biases, and the projections that add into
+  // the residual stream scaled by 1/sqrt(2L) so its variance does not grow with depth. Each
+  // layer is initialised as soon as it is built, before the next draws its numbers.
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
+  const auto initialised = [&](std::string name, torch::nn::Sequential module) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : module->named_parameters()) {
+      const auto& key = p.key();
+      if (key.find("norm.") != std::string::npos) continue;  // LayerNorm keeps ones and zeros
+      if (key.size() >= 4 && key.compare(key.size() - 4, 4, "bias") == 0) {
+        p.value().zero_();
+      } else {
+        const bool residual = key.find("attn_out.") != std::string::npos || key.find("mlp_out.") != std::string::npos;
+        p.value().normal_(0.0, residual ? residual_std : 0.02);
+      }
+    }
+    return Layer{std::move(name), std::move(module)};
+  };
   torch::nn::Sequential embed;
   embed->push_back("embedding", Embedding(vocab, m.seq_len, d));
-  layers.push_back({"embed", embed});
+  emit(initialised("embed", embed));
   for (int64_t l = 1; l <= m.layers; ++l) {
     torch::nn::Sequential block;
     block->push_back("block", Block(d, m.heads));
-    layers.push_back({"block" + std::to_string(l), block});
+    emit(initialised("block" + std::to_string(l), block));
   }
   torch::nn::Sequential head;
   head->push_back("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   head->push_back("linear", torch::nn::Linear(torch::nn::LinearOptions(d, vocab).bias(false)));
-  layers.push_back({"head", head});
-
-  // GPT-2's initialisation: N(0, 0.02) weights, zero biases, and the projections that add into
-  // the residual stream scaled by 1/sqrt(2L) so its variance does not grow with depth.
-  torch::NoGradGuard no_grad;
-  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
-  for (auto& layer : layers)
-    for (const auto& p : layer.module->named_parameters()) {
-      const auto& name = p.key();
-      if (name.find("norm.") != std::string::npos) continue;  // LayerNorm keeps ones and zeros
-      if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
-        p.value().zero_();
-      } else {
-        const bool residual = name.find("attn_out.") != std::string::npos || name.find("mlp_out.") != std::string::npos;
-        p.value().normal_(0.0, residual ? residual_std : 0.02);
-      }
-    }
-  return layers;
+  emit(initialised("head", head));
 }
 
 }  // namespace trident::model

@@ -8,24 +8,22 @@ namespace trident::model {
 
 // flatten -> [linear -> relu] per hidden width -> linear head. No batch statistics, so
 // gradient accumulation is exactly equivalent to a larger micro-batch.
-std::vector<Layer> build_mlp(const config::Deck& deck, const InputSpec& input) {
+void build_mlp(const config::Deck& deck, const InputSpec& input, const LayerSink& emit) {
   int64_t width = 1;
   for (auto d : input.sample_shape) width *= d;
-  std::vector<Layer> layers;
   const auto hidden = config::hidden_sizes(deck);
   for (size_t i = 0; i < hidden.size(); ++i) {
     torch::nn::Sequential block;
     if (i == 0) block->push_back("flatten", torch::nn::Flatten());
     block->push_back("linear", torch::nn::Linear(width, hidden[i]));
     block->push_back("relu", torch::nn::ReLU());
-    layers.push_back({"fc" + std::to_string(i + 1), block});
+    emit({"fc" + std::to_string(i + 1), block});
     width = hidden[i];
   }
   torch::nn::Sequential head;
   if (hidden.empty()) head->push_back("flatten", torch::nn::Flatten());
   head->push_back("linear", torch::nn::Linear(width, input.classes));
-  layers.push_back({"head", head});
-  return layers;
+  emit({"head", head});
 }
 
 }  // namespace trident::model

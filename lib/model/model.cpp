@@ -1,5 +1,9 @@
 #include "model/model.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace trident::model {
@@ -33,21 +37,24 @@ const std::map<std::string, Builder>& registry() {
   return builders;
 }
 
-LayerStack build(const config::Deck& deck, const InputSpec& input) {
+namespace {
+
+const Builder& builder_of(const config::Deck& deck) {
   const auto it = registry().find(deck.model.kind);
   if (it == registry().end()) fatal_all("model.kind: unknown model '" + deck.model.kind + "'");
-  return LayerStack(it->second(deck, input));
+  return it->second;
 }
 
-std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input) {
-  torch::NoGradGuard no_grad;
-  const bool training = model->is_training();
-  model->eval();
-  std::vector<int64_t> two_samples{2};
-  two_samples.insert(two_samples.end(), input.sample_shape.begin(), input.sample_shape.end());
-  auto x = torch::zeros(two_samples, input.tokens ? torch::kLong : torch::kFloat);
-  std::vector<LayerInfo> layers;
-  for (const auto& layer : model->layers()) {
+// Describes layers in model order, carrying two zero samples from one to the next.
+class LayerDescriber {
+ public:
+  explicit LayerDescriber(const InputSpec& input) {
+    std::vector<int64_t> two_samples{2};
+    two_samples.insert(two_samples.end(), input.sample_shape.begin(), input.sample_shape.end());
+    x_ = torch::zeros(two_samples, input.tokens ? torch::kLong : torch::kFloat);
+  }
+  LayerInfo operator()(const Layer& layer) {
+    torch::NoGradGuard no_grad;
     LayerInfo info;
     info.name = layer.name;
     // The stack registers each layer under its name: "<layer>.<its own name>" is the model's.
@@ -55,13 +62,58 @@ std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input
       info.parameters.push_back({layer.name + "." + p.key(), p.value().sizes().vec()});
     for (const auto& b : layer.module->named_buffers())
       if (b.value().is_floating_point()) info.buffers.push_back({layer.name + "." + b.key(), b.value().sizes().vec()});
-    auto module = layer.module;  // a copy of the handle: forward is not const
-    x = module->forward(x);
-    info.output_shape = x.sizes().slice(1).vec();
-    layers.push_back(std::move(info));
+    auto module = layer.module;  // a copy of the handle: forward and train() are not const
+    const bool training = module->is_training();
+    module->eval();
+    x_ = module->forward(x_);
+    module->train(training);
+    info.output_shape = x_.sizes().slice(1).vec();
+    return info;
   }
-  model->train(training);
+
+ private:
+  torch::Tensor x_;
+};
+
+}  // namespace
+
+LayerStack build(const config::Deck& deck, const InputSpec& input) {
+  std::vector<Layer> layers;
+  builder_of(deck)(deck, input, [&](Layer layer) { layers.push_back(std::move(layer)); });
+  return LayerStack(std::move(layers));
+}
+
+LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep) {
+  TRIDENT_CHECK(std::is_sorted(keep.begin(), keep.end()), "build_layers: the layers to keep must be in model order");
+  std::vector<Layer> layers;
+  int index = 0;
+  builder_of(deck)(deck, input, [&](Layer layer) {
+    if (std::binary_search(keep.begin(), keep.end(), index++)) layers.push_back(std::move(layer));
+  });
+  TRIDENT_CHECK(layers.size() == keep.size(), "build_layers: a layer to keep is past the model's last");
+  return LayerStack(std::move(layers));
+}
+
+std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input) {
+  LayerDescriber describe(input);
+  std::vector<LayerInfo> layers;
+  for (const auto& layer : model->layers()) layers.push_back(describe(layer));
   return layers;
+}
+
+std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const at::Tensor state = generator.get_state();
+  LayerDescriber describe(input);
+  std::vector<LayerInfo> layers;
+  builder_of(deck)(deck, input, [&](Layer layer) { layers.push_back(describe(layer)); });
+  generator.set_state(state);
+  return layers;
+}
+
+void move_buffers(torch::nn::Module& module, torch::Device device) {
+  torch::NoGradGuard no_grad;
+  for (auto& b : module.buffers()) b.set_data(b.to(device));
 }
 
 std::vector<size_t> parameter_tensors_per_layer(const LayerStack& model) {

@@ -56,21 +56,35 @@ TORCH_MODULE(LayerStack);
 
 inline LayerStack slice(const LayerStack& stack, size_t begin, size_t end) { return LayerStack(stack->slice(begin, end)); }
 
-using Builder = std::function<std::vector<Layer>(const config::Deck&, const InputSpec&)>;
+// A model's layers are built one after another, each initialised from torch's generator and
+// handed to `emit` at once: a layer the caller does not keep is freed before the next is built,
+// so no rank needs the whole model in memory to hold its stage. The random numbers a layer
+// draws do not depend on which layers are kept.
+using LayerSink = std::function<void(Layer)>;
+using Builder = std::function<void(const config::Deck&, const InputSpec&, const LayerSink& emit)>;
 const std::map<std::string, Builder>& registry();
 
 // The model named by model.kind, initialised from torch's generator (seed it first).
 LayerStack build(const config::Deck& deck, const InputSpec& input);
+// Only its layers `keep` (ascending indices), with the weights build() would give them from the
+// same seed; the others are built (they draw the same random numbers) and dropped one by one.
+LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep);
 
 // The layer list as plain data (model/layer_info.hpp): each layer's parameters and
 // floating-point buffers by full name and shape, and one sample's shape leaving it (a forward
 // of two zero samples, evaluation mode, no grad).
 std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input);
+// The same for the model named by model.kind, built layer by layer and never kept: at most one
+// layer in memory (leaves torch's generator as it finds it).
+std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input);
+// Moves the module's buffers (batch-norm statistics) to `device`, leaving its parameters where
+// they are (FlatParams and ZeRO-3 place those).
+void move_buffers(torch::nn::Module& module, torch::Device device);
 // Parameter tensors per layer, in order: layer l owns the next count[l] of the stack's parameters.
 std::vector<size_t> parameter_tensors_per_layer(const LayerStack& model);
 
-std::vector<Layer> build_mlp(const config::Deck& deck, const InputSpec& input);
-std::vector<Layer> build_cnn(const config::Deck& deck, const InputSpec& input);
-std::vector<Layer> build_gpt(const config::Deck& deck, const InputSpec& input);
+void build_mlp(const config::Deck& deck, const InputSpec& input, const LayerSink& emit);
+void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink& emit);
+void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink& emit);
 
 }  // namespace trident::model

@@ -2,9 +2,11 @@
 
 #include <torch/torch.h>
 
+#include "core/memory_limit.hpp"
+
 namespace trident::optim {
 
-FlatParams::FlatParams(torch::nn::Module& model, torch::Device device, bool flat_gradients) {
+FlatParams::FlatParams(torch::nn::Module& model, torch::Device device, bool flat_gradients, bool params_on_host) {
   int64_t total = 0;
   for (const auto& item : model.named_parameters()) {
     const auto& p = item.value();
@@ -13,13 +15,20 @@ FlatParams::FlatParams(torch::nn::Module& model, torch::Device device, bool flat
   }
   numel_ = total;
   options = torch::TensorOptions().dtype(torch::kFloat).device(device);
-  params = torch::empty({total}, options);
+  params = torch::empty({total}, params_on_host ? options.device(torch::kCPU) : options);
   if (flat_gradients) grads = torch::zeros({total}, options);
   torch::NoGradGuard no_grad;
+  int64_t freed_on_host = 0;  // since the heap was last trimmed
   for (auto& slot : slots) {
     auto flat = params.narrow(0, slot.offset, slot.numel);
     flat.copy_(slot.param.reshape({-1}));
-    slot.param.set_data(flat.view(slot.shape));
+    if (slot.param.device().is_cpu()) freed_on_host += slot.param.nbytes();
+    slot.param.set_data(flat.view(slot.shape));  // the copied tensor is freed (nothing else holds it)
+    // Freed into malloc's heap, the copies would add up to a second resident copy of the stage.
+    if (freed_on_host >= (int64_t{64} << 20)) {
+      release_free_heap();
+      freed_on_host = 0;
+    }
     // Autograd accumulates into an existing .grad in place, so gradients land in `grads`.
     if (flat_gradients) slot.param.mutable_grad() = grads.narrow(0, slot.offset, slot.numel).view(slot.shape);
   }

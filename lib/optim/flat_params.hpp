@@ -18,13 +18,17 @@ struct ParamSlot {
 
 class FlatParams {
  public:
-  // On `device`, where the model's parameters must already be (a stage may have none).
+  // Buffers on `device`; the model's parameters are copied in from wherever they are (the host,
+  // as built), one tensor at a time, each freed once copied: never two whole copies at once. A
+  // stage may have none.
   // `flat_gradients` false (ZeRO-2 and 3, which keep only their gradient partition): no
   // whole-model gradient buffer, which they would free at once, is allocated (4 bytes a parameter
   // less at start-up), and each .grad stays undefined.
-  FlatParams(torch::nn::Module& model, torch::Device device, bool flat_gradients = true);
-  torch::TensorOptions options;  // fp32 on the model's device: every buffer laid out like these
-  torch::Tensor params;  // [numel], fp32
+  // `params_on_host` (ZeRO-3, which moves only its partition to the device and then releases
+  // `params`): `params` is laid out on the host, so the device never holds the whole stage.
+  FlatParams(torch::nn::Module& model, torch::Device device, bool flat_gradients = true, bool params_on_host = false);
+  torch::TensorOptions options;  // fp32 on `device`: every buffer laid out like these
+  torch::Tensor params;  // [numel], fp32 (on the host when params_on_host)
   torch::Tensor grads;   // [numel], fp32; never reset to undefined, only zeroed (undefined without flat_gradients)
   std::vector<ParamSlot> slots;
 

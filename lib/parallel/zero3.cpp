@@ -63,14 +63,18 @@ class Zero3 final : public GradSync, public model::LayerHooks {
     }
     TRIDENT_CHECK(slot == flat.slots.size(), "zero3: parameters outside the model's layers");
 
-    param_partition_ = flat.params.narrow(0, range_.begin, range_.end - range_.begin).clone();
+    // The partition to the device (a copy: `flat.params`, maybe on the host, is released below).
+    param_partition_ = at::empty({range_.end - range_.begin}, flat.options);
+    param_partition_.copy_(flat.params.narrow(0, range_.begin, range_.end - range_.begin));
     grad_partition_ = at::zeros_like(param_partition_);
     torch::NoGradGuard no_grad;
     std::vector<Bucket> backward_order;  // readiness buckets: layers with parameters, last first
     for (size_t l = layers_.size(); l-- > 0;) {
       auto& span = layers_[l];
       if (span.end == span.begin) continue;
-      span.params = flat.params.narrow(0, span.begin, span.end - span.begin).clone();
+      // Views for the layer's parameters on the device; the storage, released at once, is
+      // allocated and gathered into when the layer runs.
+      span.params = at::empty({span.end - span.begin}, flat.options);
       span.grads = at::empty_like(span.params);
       for (int64_t p = span.first_param; p < span.end_param; ++p) {
         auto& s = flat.slots[static_cast<size_t>(p)];

@@ -112,6 +112,7 @@ void write_report_json(const std::string& path, const Summary& s) {
                    {"master", s.memory.master}}},
                  {"expected_model_state_bytes", s.memory.expected},
                  {"peak_bytes", s.peak_bytes},
+                 {"startup_peak_bytes", s.startup_peak_bytes},
                  {"peak_device_bytes", s.peak_device_bytes ? json(*s.peak_device_bytes) : json(nullptr)},
                  {"device_total_bytes", s.device_total_bytes ? json(*s.device_total_bytes) : json(nullptr)}};
   auto rate_or_null = [](double v) { return v > 0 ? json(v) : json(nullptr); };
@@ -265,6 +266,7 @@ ReadReport read_report_json(const std::string& path) {
     f.read("memory/model_state_bytes/master", s.memory.master);
     f.read("memory/expected_model_state_bytes", s.memory.expected);
     f.read("memory/peak_bytes", s.peak_bytes);
+    f.read("memory/startup_peak_bytes", s.startup_peak_bytes);
     f.read("memory/peak_device_bytes", s.peak_device_bytes);
     f.read("memory/device_total_bytes", s.device_total_bytes);
     f.read("pipeline/bubble_fraction", s.bubble_fraction);

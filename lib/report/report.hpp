@@ -60,6 +60,9 @@ struct Summary {
   PhaseTimes time;     // max over ranks
   ModelState memory;   // max over ranks
   int64_t peak_bytes = 0;  // max over ranks of the peak resident set
+  // The same once the stage was built and placed, before a checkpoint is read or a step runs:
+  // what start-up needs of a node's host memory (on GPUs, the host's share of the whole run).
+  int64_t startup_peak_bytes = 0;
   // GPU runs: the device's name (rank 0's), its memory, and the most the caching allocator had
   // allocated at once on any rank's device; absent (null) on the CPU.
   std::string device_name;

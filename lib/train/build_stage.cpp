@@ -1,9 +1,11 @@
 // build_stage(): the second of a Trainer's three construction steps (trainer_state.hpp).
 #include <torch/torch.h>
 
+#include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
 #include "core/torch_error.hpp"
 #include "core/log.hpp"
+#include "core/memory_limit.hpp"
 #include "model/layer_timing.hpp"
 #include "model/model.hpp"
 #include "train/memory_check.hpp"
@@ -45,26 +47,19 @@ void open_dataset(const config::Deck& deck, const Connection& conn, StageParts& 
 }
 
 
-// Every rank builds the same model from the seed; the broadcast inside each stage's dp group
-// makes sure the replicas start identical whatever the library does with the seed.
-void broadcast_model(model::LayerStack& model, comm::Communicator& dp_comm) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) dp_comm.broadcast(p, 0);
-  for (auto& b : model->buffers()) dp_comm.broadcast(b, 0);
-}
-
 // parallel.balance = time: rank 0 times every layer of the whole model on the run's device, one
 // micro-batch as training runs it, and every rank cuts by those same times.
-void measure_layer_times(const config::Deck& deck, const Connection& conn, model::LayerStack& whole,
-                         const model::InputSpec& input, std::vector<model::LayerInfo>& layers) {
+void measure_layer_times(const config::Deck& deck, const Connection& conn, const model::InputSpec& input,
+                         std::vector<model::LayerInfo>& layers) {
   std::vector<double> seconds(layers.size(), 0.0);
   std::string error;
   if (conn.world.rank == 0) {
     try {
+      torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
+      auto whole = model::build(deck, input);
       whole->to(conn.torch_device);
       seconds = model::time_layers(whole, input, config::resolved_micro_batch(deck, conn.world.size), conn.torch_device,
                                    optim::compute_type(deck.optim.precision));
-      whole->to(at::kCPU);
     } catch (const std::exception& e) {
       error = std::string("parallel.balance = time: timing the model's layers failed: ") + message_of(e);
     }
@@ -108,14 +103,22 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   st.total_steps = deck.run.max_steps > 0 ? deck.run.max_steps : deck.run.epochs * per_epoch;
   st.epochs = (st.total_steps + per_epoch - 1) / per_epoch;
 
-  // The whole model from the seed, on the CPU (the same initial weights on every device); the
-  // plan cuts its layer list into stages and this rank keeps its own.
+  // The model from the seed, on the CPU (the same initial weights on every device), layer by
+  // layer. The plan cuts its layer list into stages; at pp > 1 the model is built a second time,
+  // keeping only this rank's stage, so no rank holds the whole model.
   const model::InputSpec input = input_spec(deck, *st.train_split);
-  torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
-  auto whole = model::build(deck, input);
-  std::vector<model::LayerInfo> layers = model::describe_layers(whole, input);
-  if (deck.parallel.balance == "time" && deck.parallel.pp > 1 && deck.parallel.boundaries.empty())
-    measure_layer_times(deck, conn, whole, input, layers);
+  const auto seed = static_cast<uint64_t>(deck.run.seed);
+  torch::manual_seed(seed);
+  model::LayerStack whole{nullptr};
+  std::vector<model::LayerInfo> layers;
+  if (deck.parallel.pp == 1) {
+    whole = model::build(deck, input);
+    layers = model::describe_layers(whole, input);
+  } else {
+    layers = model::describe_model(deck, input);
+    if (deck.parallel.balance == "time" && deck.parallel.boundaries.empty())
+      measure_layer_times(deck, conn, input, layers);
+  }
   st.plan = std::make_unique<parallel::Plan>(deck, conn.world.size, std::move(layers), input.sample_shape);
   if (st.plan->pp() > 1) log_cut(*st.plan);
   // Before the stage's model state is allocated: a deck that cannot fit is refused here, not
@@ -125,10 +128,22 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   // its flat buffers, gradient strategy and checkpoints see; the pipeline runs each chunk as a
   // slice of it.
   const int stage = conn.topology->stage();
-  std::vector<model::Layer> mine;
-  for (int l : st.plan->stage_layer_indices(stage)) mine.push_back(whole->layers()[static_cast<size_t>(l)]);
-  st.model = model::LayerStack(std::move(mine));
-  st.model->to(conn.torch_device);
+  if (whole) {
+    st.model = whole;
+  } else {
+    torch::manual_seed(seed);
+    st.model = model::build_layers(deck, input, st.plan->stage_layer_indices(stage));
+  }
+  // Every rank of a dp group built the same stage from the seed, unless some nodes' LibTorch
+  // draws the numbers differently: compared on the host, before anything is on a device.
+  {
+    comm::MpiCommunicator dp_group(conn.topology->dp_group());
+    std::vector<at::Tensor> state = st.model->parameters();
+    for (const auto& b : st.model->buffers()) state.push_back(b);
+    if (comm::make_identical(dp_group, state) && dp_group.rank() == 0)
+      log::info_all("warning: the ranks of this stage's dp group built different initial weights from run.seed (a "
+                    "different LibTorch or CPU on some nodes?): this rank's were broadcast to them");
+  }
   std::vector<parallel::PipelineChunk> chunks;
   size_t first = 0;
   for (int c = 0; c < st.plan->virtual_stages(); ++c) {
@@ -141,10 +156,15 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   comm::Communicator& gradients = conn.pp_gradient_comm ? *conn.pp_gradient_comm : *conn.pp_comm;
   st.pipeline = std::make_unique<parallel::Pipeline>(*conn.pp_comm, gradients, stage, st.plan->pp(), std::move(chunks),
                                                      deck.parallel.schedule);
-  broadcast_model(st.model, *conn.dp_comm);
 
-  st.flat = std::make_unique<optim::FlatParams>(*st.model, conn.torch_device, /*flat_gradients=*/deck.parallel.zero < 2);
+  // The parameters go to the device through the flat buffer, one tensor at a time, never as a
+  // second whole copy; ZeRO-3 keeps the buffer on the host and moves only its partition.
+  const bool partitioned = deck.parallel.zero == 3;
+  st.flat = std::make_unique<optim::FlatParams>(*st.model, conn.torch_device, /*flat_gradients=*/deck.parallel.zero < 2,
+                                                /*params_on_host=*/partitioned);
   st.grad_sync = parallel::make_grad_sync(deck, *st.flat, st.model, *conn.dp_comm);
+  model::move_buffers(*st.model, conn.torch_device);
+  release_free_heap();  // the layers built and dropped
   st.optimizer = optim::make_optimizer(deck, /*fused=*/!forced_step_decisions().empty());
   st.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, st.total_steps};
   st.pipeline->set_compute(optim::compute_type(deck.optim.precision), conn.torch_device);

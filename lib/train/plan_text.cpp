@@ -73,8 +73,7 @@ std::string plan_text(const config::Deck& deck, int world) {
   std::string source;
   const auto input = input_of(deck, source);
   torch::manual_seed(0);
-  auto model = model::build(deck, input);
-  const parallel::Plan plan(deck, world, model::describe_layers(model, input), input.sample_shape);
+  const parallel::Plan plan(deck, world, model::describe_model(deck, input), input.sample_shape);
   const int dp = plan.dp(), pp = plan.pp();
 
   std::string out;

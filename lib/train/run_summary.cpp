@@ -133,6 +133,7 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   summary.bubble_fraction = bubble_sum / s.conn.world.size;
   summary.expected_bubble_fraction = s.stage.plan->expected_bubble();
   summary.peak_bytes = static_cast<int64_t>(max_over_ranks(s, static_cast<double>(report::peak_rss_bytes())));
+  summary.startup_peak_bytes = static_cast<int64_t>(max_over_ranks(s, static_cast<double>(s.startup_peak_bytes)));
   const int64_t peak_device =
       max_bytes(s.conn.torch_device.is_cuda() ? comm::cuda_peak_allocated_bytes(s.conn.cuda_index) : 0);  // collective
   if (s.conn.torch_device.is_cuda()) {

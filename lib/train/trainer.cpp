@@ -155,6 +155,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     startup_fault_if_asked(s.conn.world.rank);
     const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);
     s.stage = build_stage(s.deck, s.conn);
+    s.startup_peak_bytes = report::peak_rss_bytes();
     s.restored = restore(s.deck, s.conn, s.stage, from);
   } catch (const BadInput&) {
     if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder

@@ -18,7 +18,7 @@ grep -Eq "step 12/12 \| loss [0-9.]+ \| lr .* samples/s \| ETA" <<<"$out" || fai
 report=runs/smoke/report.json
 [ -f "$report" ] || fail "no $report"
 for field in '"world": '"$np" '"dp": '"$np" '"steps": 12' '"test_accuracy"' '"samples_per_s"' \
-             '"comm_exposed"' '"peak_bytes"' '"global_batch": 64' '"torch_version"' '"nodes": 1' \
+             '"comm_exposed"' '"peak_bytes"' '"startup_peak_bytes"' '"global_batch": 64' '"torch_version"' '"nodes": 1' \
              '"time_to_safe_stop_s": [0-9]'; do
   grep -Eq -- "$field" "$report" || fail "report.json lacks $field"
 done

@@ -200,6 +200,42 @@ TEST(Gpu, Fp16RecoversFromAnOverflow) {
   for (const auto& [step, loss] : r.result.logged_losses) EXPECT_TRUE(std::isfinite(loss)) << "step " << step;
 }
 
+// Start-up places the stage's parameters on the device through the flat buffer, one tensor at a
+// time: the device never holds the stage twice. Once the Trainer is built (before a step), the
+// most allocated at once on the device is at zero 0 the flat parameters and gradients (8 bytes a
+// parameter) and at zero 3 (dp 2, each rank counting its own) the partitions of both (8 bytes a
+// parameter / 2) and one layer's parameter and gradient buffers. It was 12 and 8 bytes a
+// parameter (the model moved whole, then copied into the flat buffer).
+TEST(Gpu, StartUpHoldsTheStageOnceOnTheDevice) {
+  for (const int zero : {0, 3}) {
+    if (zero == 3 && world_size() != 2) continue;
+    auto deck = on(tiny_gpt("startup_memory_zero" + std::to_string(zero)), "cuda");
+    deck.model.layers = 4;
+    deck.model.d_model = 256;
+    deck.model.heads = 4;
+    deck.parallel.zero = zero;
+    deck.run.output_dir = shared_scratch_dir() + "/" + deck.run.name;
+    ASSERT_TRUE(config::validate(deck, {world_size(), true}).empty());
+    const int gpu = world_rank() % comm::cuda_visible_devices();  // as device placement picks it
+    comm::cuda_synchronize(gpu);
+    const int64_t before = comm::cuda_reset_peak_allocated_bytes(gpu);
+    train::Trainer trainer(deck, MPI_COMM_WORLD, "never");
+    comm::cuda_synchronize(gpu);
+    const int64_t start_up = comm::cuda_peak_allocated_bytes(gpu) - before;
+    int64_t parameters = 0, largest_layer = 0;
+    std::map<std::string, int64_t> per_layer;  // "block2" -> its parameters
+    for (const auto& [name, p] : trainer.full_parameters()) {
+      parameters += p.numel();
+      largest_layer = std::max(largest_layer, per_layer[name.substr(0, name.find('.'))] += p.numel());
+    }
+    const int64_t slack = 2 << 20;  // the allocator's rounding, the step decisions' flags
+    const int64_t bound = zero == 0 ? 8 * parameters : 8 * ((parameters + 1) / 2) + 8 * largest_layer;
+    EXPECT_LE(start_up, bound + slack) << "zero " << zero << ": " << parameters << " parameters, largest layer "
+                                      << largest_layer;
+    EXPECT_GE(start_up, 8 * (zero == 0 ? parameters : parameters / 2) - slack) << "zero " << zero;
+  }
+}
+
 // Several ranks on one GPU (NCCL refuses that; the MPI backend stages through host memory):
 // dp 2, pp 2 and ZeRO 1/2/3 at np 2 give the parameters of one rank training alone, within
 // the 1e-5 of the CPU equivalence tests.

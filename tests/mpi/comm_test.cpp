@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "comm/backend.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/world.hpp"
@@ -73,6 +75,20 @@ TEST(Communicator, BroadcastAndSendRecv) {
     w.comm.send(send, (w.r + 1) % w.n, 7);
   }
   EXPECT_EQ(recv[0].item<float>(), static_cast<float>((w.r + w.n - 1) % w.n));
+}
+
+// Replicas built from one seed are compared, not broadcast; a rank whose values differ gets
+// rank 0's, in every tensor, and every rank learns that it happened.
+TEST(Communicator, MakeIdenticalBroadcastsOnlyWhenARankDiffers) {
+  Ranks w;
+  std::vector<at::Tensor> same{torch::arange(5, torch::kFloat), torch::ones({2, 3}, torch::kLong)};
+  EXPECT_FALSE(comm::make_identical(w.comm, same));
+  EXPECT_TRUE(torch::equal(same[0], torch::arange(5, torch::kFloat)));
+  std::vector<at::Tensor> differ{torch::arange(5, torch::kFloat), torch::ones({2, 3}, torch::kLong)};
+  if (w.n > 1 && w.r == w.n - 1) differ[0][3] = std::nextafter(3.0f, 4.0f);  // one ulp more on the last rank
+  EXPECT_EQ(comm::make_identical(w.comm, differ), w.n > 1);
+  EXPECT_TRUE(torch::equal(differ[0], torch::arange(5, torch::kFloat)));
+  EXPECT_TRUE(torch::equal(differ[1], torch::ones({2, 3}, torch::kLong)));
 }
 
 TEST(Backend, FactoryMakesTheBackendsThisBuildHas) {

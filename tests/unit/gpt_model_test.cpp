@@ -99,6 +99,39 @@ TEST(GptModel, LayerListAndParameterCountMatchTheFormula) {
   EXPECT_EQ(described[1].parameters.front().name.rfind("block1.", 0), 0u);
 }
 
+// A pipeline stage is built alone (no rank holds the whole model): its layers must get exactly
+// the weights the whole model gives them from the same seed, whichever layers are kept, and
+// the layer list described without keeping the model must be the whole model's.
+TEST(GptModel, AStageBuiltAloneHasTheWholeModelsWeights) {
+  const auto deck = gpt_deck();
+  const model::InputSpec input{{16}, 50, true};
+  torch::manual_seed(7);
+  auto whole = model::build(deck, input);
+  const auto described = model::describe_layers(whole, input);
+  torch::manual_seed(7);
+  const auto streamed = model::describe_model(deck, input);
+  ASSERT_EQ(streamed.size(), described.size());
+  for (size_t l = 0; l < described.size(); ++l) {
+    EXPECT_EQ(streamed[l].name, described[l].name);
+    EXPECT_EQ(streamed[l].output_shape, described[l].output_shape);
+    EXPECT_EQ(streamed[l].parameter_count(), described[l].parameter_count());
+  }
+  for (const std::vector<int>& keep : {std::vector<int>{0, 1}, {2, 4}, {3}, {0, 1, 2, 3, 4}}) {
+    torch::manual_seed(7);
+    auto stage = model::build_layers(deck, input, keep);
+    ASSERT_EQ(stage->layers().size(), keep.size());
+    for (size_t i = 0; i < keep.size(); ++i) {
+      const auto& mine = stage->layers()[i];
+      const auto& reference = whole->layers()[static_cast<size_t>(keep[i])];
+      EXPECT_EQ(mine.name, reference.name);
+      const auto a = mine.module->parameters(), b = reference.module->parameters();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t p = 0; p < a.size(); ++p) EXPECT_TRUE(torch::equal(a[p], b[p])) << mine.name << " parameter " << p;
+    }
+  }
+  EXPECT_ANY_THROW(model::build_layers(deck, input, {3, 1}));
+}
+
 TEST(GptModel, LogitsAtAPositionDependOnlyOnTokensUpToIt) {
   torch::manual_seed(1);
   auto model = model::build(gpt_deck(), {{16}, 50, true});

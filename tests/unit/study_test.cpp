@@ -208,6 +208,7 @@ TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
   w.time = {10, 1, 2, 3, 0.5, 0.25, 0.125, 0.0625};
   w.memory = {11, 12, 13, 14, 15};
   w.peak_bytes = 16;
+  w.startup_peak_bytes = 15;
   w.peak_device_bytes = 17;
   w.device_total_bytes = 18;
   w.bubble_fraction = 0.3;
@@ -265,6 +266,7 @@ TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
   EXPECT_EQ(r.memory.master, 14);
   EXPECT_EQ(r.memory.expected, 15);
   EXPECT_EQ(r.peak_bytes, 16);
+  EXPECT_EQ(r.startup_peak_bytes, 15);
   EXPECT_EQ(r.peak_device_bytes, 17);
   EXPECT_EQ(r.device_total_bytes, 18);
   EXPECT_EQ(r.bubble_fraction, 0.3);

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Host memory at start-up against the pipeline depth: a GPT trained 1 step at pp 1, 2 and 4
+# (one rank per stage). Each rank builds only its stage (the layers it does not keep are built
+# layer by layer to draw the same random numbers, and dropped), so its start-up peak follows the
+# stage, not the whole model. On GPU nodes this is most of what a run needs of the host: 8 ranks a
+# node each holding the whole model would need 8 whole fp32 copies at start-up.
+#
+# Printed per pp: the whole model's and the largest stage's fp32 parameters (trident plan), the
+# start-up peak (report.json memory.startup_peak_bytes: max over ranks, once the stage is built
+# and placed), the run's peak, and the reference a rank would need holding the whole model: the
+# libraries' own footprint (the start-up peak of a 1-layer, d_model 64 GPT) + the whole model.
+#   benchmarks/startup_memory.sh [BUILD_DIR]   LAYERS=8 D_MODEL=1024 PPS="1 2 4"
+set -euo pipefail
+source "$(dirname "$0")/common.sh" "${1:-}"
+layers=${LAYERS:-8}
+d_model=${D_MODEL:-1024}
+"$trident" prepare-data synthetic --out tokens.h5 --tokens 100000 --test-tokens 1040 --vocab 256 >/dev/null
+common=(--set data.path=tokens.h5 --set model.kind=gpt --set model.heads=8 --set model.seq_len=64
+        --set optim.global_batch=4 --set optim.micro_batch=1 --set run.max_steps=1 --set run.log_every=1
+        --set run.threads=1 --set checkpoint.every_steps=0)
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+
+mpiexec -n 1 "$trident" train /dev/null "${common[@]}" --set model.layers=1 --set model.d_model=64 \
+  --set run.name=libraries >libraries.log 2>&1 || { tail -5 libraries.log; exit 1; }
+libraries=$(field runs/libraries/report.json startup_peak_bytes)
+
+printf 'GPT %s layers, d_model %s, one rank per stage; libraries alone: %s MiB at start-up\n' "$layers" "$d_model" \
+  "$(mib "$libraries")"
+printf '%4s %12s %12s %16s %12s %24s\n' pp "whole MiB" "stage MiB" "start-up peak" "run peak" "libraries + whole model"
+rows=""
+for pp in ${PPS:-1 2 4}; do
+  args=("${common[@]}" --set model.layers="$layers" --set model.d_model="$d_model" --set parallel.pp="$pp")
+  plan=$("$trident" plan /dev/null --world "$pp" "${args[@]}")
+  whole=$(( $(sed -n 's/^model gpt: \([0-9]*\) parameters.*/\1/p' <<<"$plan") * 4 ))
+  stage=$(( $(sed -n 's/^  stage [0-9]*: *\([0-9]*\) parameters.*/\1/p' <<<"$plan" | sort -n | tail -1) * 4 ))
+  [ "$pp" -gt 1 ] || stage=$whole
+  mpiexec -n "$pp" "$trident" train /dev/null "${args[@]}" --set run.name=pp$pp >pp$pp.log 2>&1 ||
+    { tail -5 pp$pp.log; exit 1; }
+  startup=$(field runs/pp$pp/report.json startup_peak_bytes)
+  peak=$(field runs/pp$pp/report.json peak_bytes)
+  printf '%4s %12s %12s %16s %12s %24s\n' "$pp" "$(mib "$whole")" "$(mib "$stage")" "$(mib "$startup")" \
+    "$(mib "$peak")" "$(mib $((libraries + whole)))"
+  rows+="${rows:+, }{\"pp\": $pp, \"whole_model_bytes\": $whole, \"largest_stage_bytes\": $stage, \"startup_peak_bytes\": $startup, \"peak_bytes\": $peak, \"libraries_plus_whole_bytes\": $((libraries + whole))}"
+done
+printf '{ "model": "gpt layers %s d_model %s", "libraries_startup_bytes": %s, "runs": [%s] }\n' \
+  "$layers" "$d_model" "$libraries" "$rows" >"$out/startup_memory.json"
+echo "wrote $out/startup_memory.json"
