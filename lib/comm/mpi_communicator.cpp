@@ -4,6 +4,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <functional>
 #include <string_view>
 
@@ -304,9 +305,8 @@ bool make_identical(MpiCommunicator& group, std::vector<at::Tensor>& tensors) {
   if (group.size() == 1) return false;
   uint64_t hash = 0;
   for (const auto& t : tensors) {
-    TRIDENT_CHECK(t.device().is_cpu(), "make_identical: the tensors must be in host memory");
-    const auto c = t.contiguous();
-    const std::string_view bytes(static_cast<const char*>(c.data_ptr()), c.nbytes());
+    TRIDENT_CHECK(t.device().is_cpu() && t.is_contiguous(), "make_identical: the tensors must be contiguous, in host memory");
+    const std::string_view bytes(static_cast<const char*>(t.data_ptr()), t.nbytes());
     hash = (hash * 1000003u) ^ std::hash<std::string_view>{}(bytes);
   }
   // Each 32-bit half is exact as a double: the same everywhere iff min == max.
@@ -314,7 +314,14 @@ bool make_identical(MpiCommunicator& group, std::vector<at::Tensor>& tensors) {
   group.reduce_numbers(low, Reduce::min);
   group.reduce_numbers(high, Reduce::max);
   if (low == high) return false;
-  for (auto& t : tensors) group.broadcast(t, 0);
+  constexpr int64_t kPiece = int64_t{1} << 30;  // elements per broadcast: MPI counts are ints
+  for (auto& t : tensors) {
+    at::Tensor flat = t.view({-1});  // pieces of it are filled in place
+    for (int64_t first = 0; first < flat.numel(); first += kPiece) {
+      at::Tensor piece = flat.narrow(0, first, std::min(kPiece, flat.numel() - first));
+      group.broadcast(piece, 0);
+    }
+  }
   return true;
 }
 

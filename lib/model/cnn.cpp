@@ -30,15 +30,15 @@ void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink
     block->push_back("bn", torch::nn::BatchNorm2d(out));
     block->push_back("relu", torch::nn::ReLU());
     block->push_back("pool", torch::nn::MaxPool2d(2));
-    emit({"block" + std::to_string(index++), block});
     in = out;
-    h /= 2;
+    h /= 2;  // the pooling's floor
     w /= 2;
+    emit({"block" + std::to_string(index++), block, {out, h, w}});
   }
   torch::nn::Sequential head;
   head->push_back("flatten", torch::nn::Flatten());
   head->push_back("linear", torch::nn::Linear(in * h * w, input.classes));
-  emit({"head", head});
+  emit({"head", head, {input.classes}});
   (void)deck;
 }
 

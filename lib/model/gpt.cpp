@@ -111,7 +111,8 @@ void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink
   // the residual stream scaled by 1/sqrt(2L) so its variance does not grow with depth. Each
   // layer is initialised as soon as it is built, before the next draws its numbers.
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
-  const auto initialised = [&](std::string name, torch::nn::Sequential module) {
+  const int64_t t = input.sample_shape.at(0);
+  const auto initialised = [&](std::string name, torch::nn::Sequential module, std::vector<int64_t> output_shape) {
     torch::NoGradGuard no_grad;
     for (const auto& p : module->named_parameters()) {
       const auto& key = p.key();
@@ -123,20 +124,20 @@ void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink
         p.value().normal_(0.0, residual ? residual_std : 0.02);
       }
     }
-    return Layer{std::move(name), std::move(module)};
+    return Layer{std::move(name), std::move(module), std::move(output_shape)};
   };
   torch::nn::Sequential embed;
   embed->push_back("embedding", Embedding(vocab, m.seq_len, d));
-  emit(initialised("embed", embed));
+  emit(initialised("embed", embed, {t, d}));
   for (int64_t l = 1; l <= m.layers; ++l) {
     torch::nn::Sequential block;
     block->push_back("block", Block(d, m.heads));
-    emit(initialised("block" + std::to_string(l), block));
+    emit(initialised("block" + std::to_string(l), block, {t, d}));
   }
   torch::nn::Sequential head;
   head->push_back("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   head->push_back("linear", torch::nn::Linear(torch::nn::LinearOptions(d, vocab).bias(false)));
-  emit(initialised("head", head));
+  emit(initialised("head", head, {t, vocab}));
 }
 
 }  // namespace trident::model

@@ -17,13 +17,13 @@ void build_mlp(const config::Deck& deck, const InputSpec& input, const LayerSink
     if (i == 0) block->push_back("flatten", torch::nn::Flatten());
     block->push_back("linear", torch::nn::Linear(width, hidden[i]));
     block->push_back("relu", torch::nn::ReLU());
-    emit({"fc" + std::to_string(i + 1), block});
+    emit({"fc" + std::to_string(i + 1), block, {hidden[i]}});
     width = hidden[i];
   }
   torch::nn::Sequential head;
   if (hidden.empty()) head->push_back("flatten", torch::nn::Flatten());
   head->push_back("linear", torch::nn::Linear(width, input.classes));
-  emit({"head", head});
+  emit({"head", head, {input.classes}});
 }
 
 }  // namespace trident::model

@@ -45,16 +45,12 @@ const Builder& builder_of(const config::Deck& deck) {
   return it->second;
 }
 
-// Describes layers in model order, carrying two zero samples from one to the next.
+// Describes layers in model order. A layer whose builder gave no output shape is run forward
+// on two zero samples of the shape leaving the previous one.
 class LayerDescriber {
  public:
-  explicit LayerDescriber(const InputSpec& input) {
-    std::vector<int64_t> two_samples{2};
-    two_samples.insert(two_samples.end(), input.sample_shape.begin(), input.sample_shape.end());
-    x_ = torch::zeros(two_samples, input.tokens ? torch::kLong : torch::kFloat);
-  }
+  explicit LayerDescriber(const InputSpec& input) : shape_(input.sample_shape), tokens_(input.tokens) {}
   LayerInfo operator()(const Layer& layer) {
-    torch::NoGradGuard no_grad;
     LayerInfo info;
     info.name = layer.name;
     // The stack registers each layer under its name: "<layer>.<its own name>" is the model's.
@@ -62,17 +58,27 @@ class LayerDescriber {
       info.parameters.push_back({layer.name + "." + p.key(), p.value().sizes().vec()});
     for (const auto& b : layer.module->named_buffers())
       if (b.value().is_floating_point()) info.buffers.push_back({layer.name + "." + b.key(), b.value().sizes().vec()});
-    auto module = layer.module;  // a copy of the handle: forward and train() are not const
-    const bool training = module->is_training();
-    module->eval();
-    x_ = module->forward(x_);
-    module->train(training);
-    info.output_shape = x_.sizes().slice(1).vec();
+    shape_ = layer.output_shape.empty() ? forward(layer) : layer.output_shape;
+    tokens_ = false;  // only the first layer takes token ids
+    info.output_shape = shape_;
     return info;
   }
 
  private:
-  torch::Tensor x_;
+  std::vector<int64_t> forward(const Layer& layer) const {
+    torch::NoGradGuard no_grad;
+    std::vector<int64_t> two_samples{2};
+    two_samples.insert(two_samples.end(), shape_.begin(), shape_.end());
+    auto module = layer.module;  // a copy of the handle: forward and train() are not const
+    const bool training = module->is_training();
+    module->eval();
+    const auto y = module->forward(torch::zeros(two_samples, tokens_ ? torch::kLong : torch::kFloat));
+    module->train(training);
+    return y.sizes().slice(1).vec();
+  }
+
+  std::vector<int64_t> shape_;  // one sample entering the next layer
+  bool tokens_;
 };
 
 }  // namespace

@@ -71,7 +71,13 @@ class Zero3 final : public GradSync, public model::LayerHooks {
     std::vector<Bucket> backward_order;  // readiness buckets: layers with parameters, last first
     for (size_t l = layers_.size(); l-- > 0;) {
       auto& span = layers_[l];
-      if (span.end == span.begin) continue;
+      if (span.end == span.begin) {  // parameters of no elements: empty ones on the device
+        for (int64_t p = span.first_param; p < span.end_param; ++p) {
+          auto& s = flat.slots[static_cast<size_t>(p)];
+          s.param.set_data(at::empty(s.shape, flat.options));
+        }
+        continue;
+      }
       // Views for the layer's parameters on the device; the storage, released at once, is
       // allocated and gathered into when the layer runs.
       span.params = at::empty({span.end - span.begin}, flat.options);

@@ -86,8 +86,8 @@ struct Trainer::State {
   double bytes_written = 0;
   double last_save_s = 0;  // this rank's last save, write to commit
   std::unique_ptr<GoodputLog> goodput;  // rank 0: this process's record in goodput.jsonl
-  double save_seconds = 0;
-  int64_t startup_peak_bytes = 0;  // this rank's peak resident set once its stage was built  // whole saves, start to commit, background writes included
+  double save_seconds = 0;  // whole saves, start to commit, background writes included
+  int64_t startup_peak_bytes = 0;  // this rank's peak resident set once its stage was built
   // checkpoint.async: the save in flight (at most one), the host copy its thread writes from
   // (kept from save to save), and the training time it blocked at its start (the layout) and with
   // the updates that waited for its copies.

@@ -216,7 +216,14 @@ TEST(Gpu, StartUpHoldsTheStageOnceOnTheDevice) {
     deck.parallel.zero = zero;
     deck.run.output_dir = shared_scratch_dir() + "/" + deck.run.name;
     ASSERT_TRUE(config::validate(deck, {world_size(), true}).empty());
-    const int gpu = world_rank() % comm::cuda_visible_devices();  // as device placement picks it
+    // The rank's GPU as device placement picks it: the one visible, else the node-local rank's.
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int local_rank = 0;
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_free(&node);
+    const int gpu = comm::cuda_visible_devices() == 1 ? 0 : local_rank;
+    torch::empty({1}, torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu)));  // CUDA started
     comm::cuda_synchronize(gpu);
     const int64_t before = comm::cuda_reset_peak_allocated_bytes(gpu);
     train::Trainer trainer(deck, MPI_COMM_WORLD, "never");

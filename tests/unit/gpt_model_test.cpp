@@ -1,6 +1,7 @@
 // The GPT model against independent computations: attention against loops in double precision,
-// causality of the whole model, its parameter count against the closed formula; and the token
-// datasets against the bytes of the text they were made from.
+// causality of the whole model, its parameter count against the closed formula; a stage built
+// alone and the output shapes the builders declare (every model kind) against the whole model;
+// and the token datasets against the bytes of the text they were made from.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -53,6 +54,15 @@ config::Deck gpt_deck() {
   return d;
 }
 
+// A small model of every kind with an input it takes (odd image sizes: the cnn's poolings floor).
+std::vector<std::pair<config::Deck, model::InputSpec>> every_model_kind() {
+  auto mlp = gpt_deck(), cnn = gpt_deck();
+  mlp.model.kind = "mlp";
+  mlp.model.hidden = "24,12,8";
+  cnn.model.kind = "cnn";
+  return {{gpt_deck(), {{16}, 50, true}}, {mlp, {{1, 9, 7}, 10}}, {cnn, {{3, 13, 10}, 6}}};
+}
+
 std::string scratch(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("trident-unit-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -100,36 +110,61 @@ TEST(GptModel, LayerListAndParameterCountMatchTheFormula) {
 }
 
 // A pipeline stage is built alone (no rank holds the whole model): its layers must get exactly
-// the weights the whole model gives them from the same seed, whichever layers are kept, and
-// the layer list described without keeping the model must be the whole model's.
-TEST(GptModel, AStageBuiltAloneHasTheWholeModelsWeights) {
-  const auto deck = gpt_deck();
-  const model::InputSpec input{{16}, 50, true};
-  torch::manual_seed(7);
-  auto whole = model::build(deck, input);
-  const auto described = model::describe_layers(whole, input);
-  torch::manual_seed(7);
-  const auto streamed = model::describe_model(deck, input);
-  ASSERT_EQ(streamed.size(), described.size());
-  for (size_t l = 0; l < described.size(); ++l) {
-    EXPECT_EQ(streamed[l].name, described[l].name);
-    EXPECT_EQ(streamed[l].output_shape, described[l].output_shape);
-    EXPECT_EQ(streamed[l].parameter_count(), described[l].parameter_count());
-  }
-  for (const std::vector<int>& keep : {std::vector<int>{0, 1}, {2, 4}, {3}, {0, 1, 2, 3, 4}}) {
+// the weights and buffers the whole model gives them from the same seed, whichever layers are
+// kept, for every model kind; and the layer list described without keeping the model must be
+// the whole model's.
+TEST(ModelBuilders, AStageBuiltAloneHasTheWholeModelsWeights) {
+  for (const auto& [deck, input] : every_model_kind()) {
     torch::manual_seed(7);
-    auto stage = model::build_layers(deck, input, keep);
-    ASSERT_EQ(stage->layers().size(), keep.size());
-    for (size_t i = 0; i < keep.size(); ++i) {
-      const auto& mine = stage->layers()[i];
-      const auto& reference = whole->layers()[static_cast<size_t>(keep[i])];
-      EXPECT_EQ(mine.name, reference.name);
-      const auto a = mine.module->parameters(), b = reference.module->parameters();
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t p = 0; p < a.size(); ++p) EXPECT_TRUE(torch::equal(a[p], b[p])) << mine.name << " parameter " << p;
+    auto whole = model::build(deck, input);
+    const auto described = model::describe_layers(whole, input);
+    torch::manual_seed(7);
+    const auto streamed = model::describe_model(deck, input);
+    ASSERT_EQ(streamed.size(), described.size());
+    for (size_t l = 0; l < described.size(); ++l) {
+      EXPECT_EQ(streamed[l].name, described[l].name);
+      EXPECT_EQ(streamed[l].output_shape, described[l].output_shape);
+      EXPECT_EQ(streamed[l].parameter_count(), described[l].parameter_count());
     }
+    const int last = static_cast<int>(described.size()) - 1;
+    for (const std::vector<int>& keep : {std::vector<int>{0, 1}, {1, last}, {last}, {0, last}}) {
+      torch::manual_seed(7);
+      auto stage = model::build_layers(deck, input, keep);
+      ASSERT_EQ(stage->layers().size(), keep.size());
+      for (size_t i = 0; i < keep.size(); ++i) {
+        const auto& mine = stage->layers()[i];
+        const auto& reference = whole->layers()[static_cast<size_t>(keep[i])];
+        EXPECT_EQ(mine.name, reference.name);
+        auto a = mine.module->parameters(), b = reference.module->parameters();
+        for (const auto& t : mine.module->buffers()) a.push_back(t);
+        for (const auto& t : reference.module->buffers()) b.push_back(t);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t p = 0; p < a.size(); ++p)
+          EXPECT_TRUE(torch::equal(a[p], b[p])) << deck.model.kind << " " << mine.name << " tensor " << p;
+      }
+    }
+    EXPECT_ANY_THROW(model::build_layers(deck, input, {last, 1}));
   }
-  EXPECT_ANY_THROW(model::build_layers(deck, input, {3, 1}));
+}
+
+// The plan takes each layer's output shape from its builder (no forward of the whole model):
+// for every model kind it must be the shape a forward of two samples gives.
+TEST(ModelBuilders, DeclaredOutputShapesAreTheForwardsOnes) {
+  for (const auto& [deck, input] : every_model_kind()) {
+    torch::manual_seed(0);
+    auto declared = model::build(deck, input);
+    std::vector<model::Layer> plain;  // the same layers, shapes left to a forward
+    for (auto layer : declared->layers()) {
+      EXPECT_FALSE(layer.output_shape.empty()) << deck.model.kind << " " << layer.name;
+      layer.output_shape.clear();
+      plain.push_back(layer);
+    }
+    model::LayerStack forwarded(std::move(plain));
+    const auto a = model::describe_layers(declared, input), b = model::describe_layers(forwarded, input);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t l = 0; l < a.size(); ++l)
+      EXPECT_EQ(a[l].output_shape, b[l].output_shape) << deck.model.kind << " " << a[l].name;
+  }
 }
 
 TEST(GptModel, LogitsAtAPositionDependOnlyOnTokensUpToIt) {
