@@ -51,10 +51,10 @@ class MpiCommunicator final : public Communicator {
   bool stage_through_host_ = false;
 };
 
-// Makes contiguous host tensors equal on every rank of `group` to rank 0's: compares a hash of their bytes
-// (two small reductions) and broadcasts them only if any rank's differ. Returns whether it did.
-// For what every rank should have computed alike (a model built from one seed), at no
-// traffic's cost when it did.
+// Makes contiguous host tensors equal on every rank of `group` to rank 0's: compares a hash of
+// their bytes (two small reductions) and broadcasts them only if any rank's differ. Returns
+// whether it did. For what every rank should have computed alike (a model built from one seed):
+// no traffic when they did.
 bool make_identical(MpiCommunicator& group, std::vector<at::Tensor>& tensors);
 
 }  // namespace trident::comm
