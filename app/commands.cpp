@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -159,6 +161,11 @@ int train_command(int argc, char** argv) {
     return 0;
   }
 
+  // A stop signal from here on is held until the first step boundary, which checkpoints and
+  // exits 3; one during MPI_Init or the deck's checks killed the process (exit 128 + signal,
+  // which the job scripts do not requeue).
+  train::catch_stop_signals();
+  if (std::getenv("TRIDENT_TEST_SIGNAL_AT_LAUNCH")) std::raise(SIGUSR1);  // tests/cli/signal_resume.sh
   comm::MpiSession mpi(&argc, &argv);
   return guarded(Ranks::train, [&] {
     if (!vm.count("deck")) throw BadInput("train: no deck given (trident train DECK; see --help)");

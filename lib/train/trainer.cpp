@@ -54,6 +54,11 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int signal) { g_stop_signal = signal; }
 }  // namespace
 
+void catch_stop_signals() {
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
 namespace {
 
 
@@ -141,10 +146,8 @@ void startup_fault_if_asked(int rank) {
 Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& resume) : s_(std::make_unique<State>()) {
   auto& s = *s_;
   s.deck = deck;
-  // A stop signal during start-up is acted on at the first step boundary, like one during training
-  // (it killed the process before).
-  std::signal(SIGUSR1, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  // A stop signal during start-up is acted on at the first step boundary, like one during training.
+  catch_stop_signals();
   // Heartbeats from here on: a rank that dies or is stopped during start-up ends the job too.
   s.watchdog = std::make_unique<comm::Watchdog>(comm, deck.run.fail_timeout_s);
   try {

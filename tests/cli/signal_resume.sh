@@ -5,7 +5,8 @@
 # a run that was never stopped. (The signal goes to the ranks, not to mpiexec: Hydra forwards a
 # signal it receives, but then reports some ranks' exit codes as 0.) The stopped run also saves
 # every 10 steps in the background, its writer slowed (TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS), so
-# that the signal finds a save in flight: the stop commits that one, then saves its own step.
+# that the signal finds a save in flight: the stop commits that one, then saves its own step. A
+# signal before MPI_Init (TRIDENT_TEST_SIGNAL_AT_LAUNCH) stops the run after its first step.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set data.prefetch=0)
@@ -46,4 +47,17 @@ last() { grep '"step":300[,}]' "$1" | grep -o '"loss":[0-9.e+-]*' | sed 's/"loss
 a=$(last runs/straight/metrics.jsonl) b=$(last runs/stopped/metrics.jsonl)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "final loss $b after stop and resume, $a uninterrupted"
 echo "final loss $a both ways"
+
+# A signal that comes before MPI_Init (a requeued job preempted again while it starts) is held
+# until the first step boundary: that step is checkpointed and the run exits 3, which the job
+# scripts requeue, instead of dying of the signal (exit 138, not requeued).
+set +e
+TRIDENT_TEST_SIGNAL_AT_LAUNCH=1 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/early "${args[@]}" \
+  >early.log 2>&1
+rc=$?
+set -e
+[ "$rc" = 3 ] || fail "exit code $rc for a signal before MPI_Init, expected 3 ($(tail -3 early.log))"
+grep -q "stopped by a signal after step 1;" early.log || fail "no stop after the first step ($(tail -3 early.log))"
+[ "$(cat runs/early/checkpoints/latest)" = step_0000001.h5 ] || fail "latest does not name step 1"
+echo "signal before MPI_Init: exit 3, step 1 checkpointed"
 echo PASS
