@@ -111,17 +111,22 @@ void choose_device(const config::Deck& deck, Connection& conn) {
 std::string choose_backend(const config::Deck& deck, const Connection& conn) {
   std::string sharing;
   if (conn.cuda_index >= 0) {
-    constexpr size_t kIdBytes = 64;
-    std::vector<char> mine(kIdBytes, '\0');
+    struct RankGpu {
+      int rank = 0;
+      char uuid[64] = {};  // NUL-terminated
+    } mine;
+    mine.rank = conn.world.rank;
     const std::string uuid = comm::cuda_device_uuid(conn.cuda_index);
-    std::copy_n(uuid.begin(), std::min<size_t>(uuid.size(), kIdBytes - 1), mine.begin());
-    const std::vector<unsigned char> all = comm::gather_on_node(conn.world, mine.data(), kIdBytes);
-    const std::vector<unsigned char> ranks = comm::gather_on_node(conn.world, &conn.world.rank, sizeof(int));
-    std::vector<int> world_ranks(static_cast<size_t>(conn.world.local_size));
-    std::memcpy(world_ranks.data(), ranks.data(), ranks.size());
+    std::copy_n(uuid.begin(), std::min(uuid.size(), sizeof mine.uuid - 1), mine.uuid);
+    const std::vector<unsigned char> gathered = comm::gather_on_node(conn.world, &mine, sizeof mine);
+    std::vector<RankGpu> all(static_cast<size_t>(conn.world.local_size));
+    std::memcpy(all.data(), gathered.data(), gathered.size());
     std::vector<std::string> ids;
-    for (int i = 0; i < conn.world.local_size; ++i)
-      ids.emplace_back(reinterpret_cast<const char*>(all.data()) + static_cast<size_t>(i) * kIdBytes);
+    std::vector<int> world_ranks;
+    for (const RankGpu& r : all) {
+      ids.emplace_back(r.uuid);
+      world_ranks.push_back(r.rank);
+    }
     sharing = comm::ranks_sharing_a_gpu(ids, world_ranks, conn.world.host);
   }
   // Every rank takes the same backend: a sharing node anywhere decides for all. The lowest rank

@@ -217,12 +217,7 @@ TEST(Gpu, StartUpHoldsTheStageOnceOnTheDevice) {
     deck.run.output_dir = shared_scratch_dir() + "/" + deck.run.name;
     ASSERT_TRUE(config::validate(deck, {world_size(), true}).empty());
     // The rank's GPU as device placement picks it: the one visible, else the node-local rank's.
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    int local_rank = 0;
-    MPI_Comm_rank(node, &local_rank);
-    MPI_Comm_free(&node);
-    const int gpu = comm::cuda_visible_devices() == 1 ? 0 : local_rank;
+    const int gpu = comm::cuda_visible_devices() == 1 ? 0 : comm::World::from(MPI_COMM_WORLD).local_rank;
     torch::empty({1}, torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu)));  // CUDA started
     comm::cuda_synchronize(gpu);
     const int64_t before = comm::cuda_reset_peak_allocated_bytes(gpu);
