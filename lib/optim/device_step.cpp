@@ -28,16 +28,15 @@ DeviceStep::DeviceStep(const at::TensorOptions& device, double clip_norm, int64_
 // Rounded to fp32 once, as the host path's double factor is when it multiplies the fp32 loss.
 at::Tensor DeviceStep::loss_factor(double base) const { return scaler_ ? (scale_ * base).to(at::kFloat) : at::Tensor(); }
 
-at::Tensor DeviceStep::decide(at::Tensor& grads, const at::Tensor& squared_norm, const at::Tensor& summed_loss,
-                              int64_t step) {
+DeviceDecision DeviceStep::decide(const at::Tensor& squared_norm, const at::Tensor& summed_loss, int64_t step) {
   last_loss_ = summed_loss.to(at::kDouble) / static_cast<double>(accumulation_);
   loss_sum_.add_(last_loss_);
   const at::Tensor not_finite = squared_norm.isfinite().logical_not();
-  at::Tensor squares = squared_norm, skip;
+  at::Tensor squares = squared_norm, skip, unscale;
   if (scaler_) {
     // LossScaler::update with the same numbers: on an overflow the scale backs off (not below
     // 1) and the window restarts; otherwise, after `window` good steps in a row, it grows. The
-    // gradients are unscaled by the scale this step used.
+    // gradients are unscaled by the scale this step used (part of the divisor).
     const at::Tensor used = scale_.clone();
     const at::Tensor good = (good_ + 1).masked_fill_(not_finite, 0);
     const at::Tensor grow = good.ge(scaler_->window());
@@ -45,7 +44,7 @@ at::Tensor DeviceStep::decide(at::Tensor& grads, const at::Tensor& squared_norm,
                        at::where(grow, used * scaler_->growth(), used));
     good_ = good.masked_fill_(grow, 0);
     skipped_.add_(not_finite.to(at::kLong));
-    grads.div_(used);
+    unscale = used;
     squares = (squared_norm / (used * used)).masked_fill_(not_finite, 0);  // a skipped step logs norm 0
     skip = not_finite;
   } else {
@@ -57,9 +56,10 @@ at::Tensor DeviceStep::decide(at::Tensor& grads, const at::Tensor& squared_norm,
     skip = diverged_step_.ne(0);
   }
   last_norm_ = squares.sqrt();
-  // clip_by_global_norm's coefficient; × 1 where it would not clip changes no bit.
-  if (clip_norm_ > 0) grads.mul_((clip_norm_ / (last_norm_ + 1e-6)).clamp_max_(1.0));
-  return skip.to(at::kFloat);
+  // clip_divisor's, then times the fp16 scale, in fp64 as on the host; ÷ 1 changes no bit.
+  at::Tensor divisor = clip_norm_ > 0 ? ((last_norm_ + 1e-6) / clip_norm_).clamp_min_(1.0) : at::ones_like(last_norm_);
+  if (unscale.defined()) divisor = unscale * divisor;
+  return {skip.to(at::kFloat), divisor.to(at::kFloat)};
 }
 
 DeviceStepReading DeviceStep::read() {

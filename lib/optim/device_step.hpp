@@ -8,15 +8,17 @@
 //   - fp32/bf16: whether the norm is finite; the first step where it is not is recorded and
 //     every update from it on is skipped, so the parameters stay as they were before it until
 //     the host reads the flag and stops the run (exit 4, core/error.hpp's Diverged);
-//   - clipping: grads × min(1, max_norm / (norm + 1e-6)), torch.nn.utils.clip_grad_norm_'s
-//     coefficient, as a device scalar;
+//   - clipping: grads / max(1, (norm + 1e-6) / max_norm), torch.nn.utils.clip_grad_norm_'s
+//     coefficient inverted, as a device scalar;
 //   - the losses and norms the log reports, summed on the device.
-// The skip flag goes to the optimizer's fused kernel (Optimizer::step_unless), which leaves
-// parameters, moments and the step count untouched where it is 1.
+// The skip flag and the divisor (the fp16 scale times clipping's) go to the optimizer's fused
+// kernel (Optimizer::step_unless), which divides each gradient as it reads it, and leaves
+// parameters, moments and the step count untouched where the flag is 1: no pass over the
+// gradients of their own.
 //
-// Every operation is the host path's (trainer.cpp, LossScaler, clip_by_global_norm) in the same
-// IEEE order, so both give bit-identical parameters: tests/mpi/device_step_test.cpp compares them
-// on the CPU.
+// Every operation is the host path's (train/step.cpp with a fused optimizer: LossScaler,
+// clip_divisor) in the same IEEE order, so both give bit-identical parameters:
+// tests/mpi/step_decisions_test.cpp compares them on the CPU.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -24,6 +26,12 @@
 namespace trident::optim {
 
 class LossScaler;
+
+// What the optimizer's fused kernel takes from a step's decisions.
+struct DeviceDecision {
+  at::Tensor skip;          // float scalar: 1 skips the update
+  at::Tensor grad_divisor;  // float scalar: the update uses grads / grad_divisor
+};
 
 // What the host learns at a sync point (one copy).
 struct DeviceStepReading {
@@ -45,9 +53,9 @@ class DeviceStep {
   // device scalar (the scale changes on the device). Undefined without fp16: use `base`.
   at::Tensor loss_factor(double base) const;
 
-  // After backward, for step `step` (1-based): decides and clips `grads` in place (unscaled first
-  // under fp16); returns the skip flag for Optimizer::step_unless.
-  at::Tensor decide(at::Tensor& grads, const at::Tensor& squared_norm, const at::Tensor& summed_loss, int64_t step);
+  // After backward, for step `step` (1-based), from the (fp16: scaled) gradients' global squared
+  // norm: the skip flag and the gradient divisor for Optimizer::step_unless.
+  DeviceDecision decide(const at::Tensor& squared_norm, const at::Tensor& summed_loss, int64_t step);
 
   // The host's one synchronisation: copies the outcome and writes the fp16 state into the scaler.
   DeviceStepReading read();

@@ -20,6 +20,11 @@ namespace trident::optim {
 
 namespace {
 
+// An undefined tensor as the fused kernels' "none" (their grad_scale and found_inf).
+[[maybe_unused]] std::optional<at::Tensor> optional(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+
 // Steps taken (for AdamW's bias correction and the checkpoint). On the host, unless updates are
 // skipped on the device (step_unless): then the count is a float scalar on the device too, as
 // PyTorch keeps it for its fused kernels, and the host reads it only when asked (a checkpoint).
@@ -73,16 +78,19 @@ class AdamW final : public Optimizer {
   int64_t steps() const override { return steps_.value(); }
   void set_steps(int64_t steps) override { steps_.set(steps); }
 
-  void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
+  bool divides_gradients(const at::Tensor& params) const override {
+    return fused_optimizers_built() && (fused_ || params.is_cuda());
+  }
+
+  void step(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& grad_divisor) override {
     allocate_state(params);
     steps_.add_one();
-#if TRIDENT_FUSED_OPTIMIZERS
-    if (fused_ || params.is_cuda()) {
+    if (divides_gradients(params)) {
       // The same update in one kernel that reads and writes each element once.
-      fused(params, grads, lr, steps_.as_scalar(params.options()), {});
+      fused(params, grads, lr, steps_.as_scalar(params.options()), {}, grad_divisor);
       return;
     }
-#endif
+    TRIDENT_CHECK(!grad_divisor.defined(), "AdamW: a gradient divisor needs the fused kernel");
     const auto t = static_cast<double>(steps_.value());
     if (weight_decay_ > 0) params.mul_(1.0 - lr * weight_decay_);
     m_.mul_(beta1_).add_(grads, 1.0 - beta1_);
@@ -93,10 +101,11 @@ class AdamW final : public Optimizer {
     params.addcdiv_(m_, denom, -lr / bias1);
   }
 
-  void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) override {
+  void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip,
+                   const at::Tensor& grad_divisor) override {
     TRIDENT_CHECK(fused_optimizers_built(), "AdamW: skipping on the device needs the fused kernel (LibTorch >= 2.4)");
     allocate_state(params);
-    fused(params, grads, lr, steps_.add_one_on_device(params.options()), skip);
+    fused(params, grads, lr, steps_.add_one_on_device(params.options()), skip, grad_divisor);
     steps_.subtract_skip(skip);
   }
   int64_t state_bytes() const override {
@@ -104,13 +113,13 @@ class AdamW final : public Optimizer {
   }
 
  private:
-  void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& step, const at::Tensor& skip) {
+  void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& step, const at::Tensor& skip,
+             const at::Tensor& grad_divisor) {
 #if TRIDENT_FUSED_OPTIMIZERS
     at::_fused_adamw_({params}, {grads}, {m_}, {v_}, {}, {step}, lr, beta1_, beta2_, weight_decay_, eps_,
-                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt,
-                      skip.defined() ? std::optional<at::Tensor>(skip) : std::nullopt);
+                      /*amsgrad=*/false, /*maximize=*/false, optional(grad_divisor), optional(skip));
 #else
-    (void)params, (void)grads, (void)lr, (void)step, (void)skip;
+    (void)params, (void)grads, (void)lr, (void)step, (void)skip, (void)grad_divisor;
 #endif
   }
 
@@ -137,15 +146,18 @@ class Sgd final : public Optimizer {
   int64_t steps() const override { return steps_.value(); }
   void set_steps(int64_t steps) override { steps_.set(steps); }
 
-  void step(at::Tensor& params, const at::Tensor& grads, double lr) override {
+  bool divides_gradients(const at::Tensor& params) const override {
+    return fused_optimizers_built() && (fused_ || params.is_cuda());
+  }
+
+  void step(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& grad_divisor) override {
     allocate_state(params);
     steps_.add_one();
-#if TRIDENT_FUSED_OPTIMIZERS
-    if (fused_ || params.is_cuda()) {
-      fused(params, grads, lr, {});
+    if (divides_gradients(params)) {
+      fused(params, grads, lr, {}, grad_divisor);
       return;
     }
-#endif
+    TRIDENT_CHECK(!grad_divisor.defined(), "SGD: a gradient divisor needs the fused kernel");
     at::Tensor g = weight_decay_ > 0 ? grads.add(params, weight_decay_) : grads;
     if (momentum_ > 0) {
       buffer_.mul_(momentum_).add_(g);
@@ -154,11 +166,12 @@ class Sgd final : public Optimizer {
     params.add_(g, -lr);
   }
 
-  void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) override {
+  void step_unless(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip,
+                   const at::Tensor& grad_divisor) override {
     TRIDENT_CHECK(fused_optimizers_built(), "SGD: skipping on the device needs the fused kernel (LibTorch >= 2.4)");
     allocate_state(params);
     steps_.add_one_on_device(params.options());
-    fused(params, grads, lr, skip);
+    fused(params, grads, lr, skip, grad_divisor);
     steps_.subtract_skip(skip);
   }
   int64_t state_bytes() const override {
@@ -166,17 +179,17 @@ class Sgd final : public Optimizer {
   }
 
  private:
-  void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip) {
+  void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& skip,
+             const at::Tensor& grad_divisor) {
 #if TRIDENT_FUSED_OPTIMIZERS
     // Without momentum the kernel gets no buffer; with it, the zeroed buffer makes the first step
     // buf = g as above, so is_first_step stays false.
     std::vector<at::Tensor> buffers;
     if (momentum_ > 0) buffers.push_back(buffer_);
     at::_fused_sgd_({params}, {grads}, buffers, weight_decay_, momentum_, lr, /*dampening=*/0.0, /*nesterov=*/false,
-                    /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt,
-                    skip.defined() ? std::optional<at::Tensor>(skip) : std::nullopt);
+                    /*maximize=*/false, /*is_first_step=*/false, optional(grad_divisor), optional(skip));
 #else
-    (void)params, (void)grads, (void)lr, (void)skip;
+    (void)params, (void)grads, (void)lr, (void)skip, (void)grad_divisor;
 #endif
   }
 
@@ -196,11 +209,21 @@ std::unique_ptr<Optimizer> make_optimizer(const config::Deck& deck, bool fused) 
 
 bool fused_optimizers_built() { return TRIDENT_FUSED_OPTIMIZERS != 0; }
 
-double clip_by_global_norm(at::Tensor& grads, double squared_norm, double max_norm) {
+double global_norm(double squared_norm) {
   // LibTorch's sqrt, as optim/device_step.cpp's on a CPU tensor: from 2.x its fp64 sqrt on the
   // CPU is not always std::sqrt's correctly rounded one (sqrt(8) is 1 ulp below), and the two
   // paths must clip alike.
-  const double norm = at::scalar_tensor(squared_norm, at::kDouble).sqrt().item<double>();
+  return at::scalar_tensor(squared_norm, at::kDouble).sqrt().item<double>();
+}
+
+double clip_divisor(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  const double divisor = (norm + 1e-6) / max_norm;
+  return divisor > 1.0 ? divisor : 1.0;
+}
+
+double clip_by_global_norm(at::Tensor& grads, double squared_norm, double max_norm) {
+  const double norm = global_norm(squared_norm);
   if (max_norm > 0) {
     const double coefficient = max_norm / (norm + 1e-6);
     if (coefficient < 1.0) grads.mul_(coefficient);

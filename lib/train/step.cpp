@@ -49,7 +49,8 @@ void overflow_if_asked(at::Tensor& grads, int64_t step) {
 // The gradients' global squared norm, on the device in fp64: summed over the ZeRO partitions of
 // the dp group and over the stages, so every rank has the same number.
 at::Tensor global_squared_norm(Trainer::State& s, const at::Tensor& grads) {
-  at::Tensor squared_norm = grads.pow(2).sum().to(at::kDouble);
+  // One pass over the gradients (pow then sum would be two, and a buffer the size of them).
+  at::Tensor squared_norm = at::linalg_vector_norm(grads, 2).to(at::kDouble).square();
   if (s.stage.grad_sync->sharded()) s.conn.dp_comm->all_reduce_sum(squared_norm);
   if (s.conn.topology->pp() > 1) s.conn.pp_comm->all_reduce_sum(squared_norm);
   return squared_norm;
@@ -80,15 +81,21 @@ void update_deciding_on_host(Trainer::State& s, int64_t step, const at::Tensor& 
   if (s.stage.scaler && !s.stage.scaler->update(std::isfinite(squares))) {
     log::info("step {}: fp16 gradients overflowed; step skipped, loss scale now {}", step, s.stage.scaler->scale());
   } else {
-    if (s.stage.scaler) {
-      grads.div_(scale);
-      squares /= scale * scale;
-    }
+    if (s.stage.scaler) squares /= scale * scale;
     // Every rank has the same global sum, so all stop here together, before the update and
     // before any checkpoint could store damaged weights.
     if (!std::isfinite(squares)) throw Diverged(diverged_message(step, std::sqrt(squares), step_loss, false));
-    grad_norm = optim::clip_by_global_norm(grads, squares, s.deck.optim.clip_grad_norm);
-    s.stage.optimizer->step(params, grads, lr);
+    if (s.stage.optimizer->divides_gradients(params)) {
+      // The fused kernel unscales and clips as it reads the gradients: one divisor, as the
+      // device path's (optim/device_step.cpp), so that both give the same bits.
+      grad_norm = optim::global_norm(squares);
+      const double divisor = scale * optim::clip_divisor(grad_norm, s.deck.optim.clip_grad_norm);
+      s.stage.optimizer->step(params, grads, lr, at::full({}, divisor, params.options().dtype(at::kFloat)));
+    } else {
+      if (s.stage.scaler) grads.div_(scale);
+      grad_norm = optim::clip_by_global_norm(grads, squares, s.deck.optim.clip_grad_norm);
+      s.stage.optimizer->step(params, grads, lr);
+    }
   }
   tally.last_loss = step_loss;
   tally.last_norm = grad_norm;
@@ -99,8 +106,8 @@ void update_deciding_on_host(Trainer::State& s, int64_t step, const at::Tensor& 
 void update_deciding_on_device(Trainer::State& s, int64_t step, const at::Tensor& summed_loss, double lr) {
   at::Tensor params = s.stage.grad_sync->optimizer_params(), grads = s.stage.grad_sync->optimizer_grads();
   overflow_if_asked(grads, step);
-  const at::Tensor skip = s.device_step->decide(grads, global_squared_norm(s, grads), summed_loss, step);
-  s.stage.optimizer->step_unless(params, grads, lr, skip);
+  const optim::DeviceDecision decided = s.device_step->decide(global_squared_norm(s, grads), summed_loss, step);
+  s.stage.optimizer->step_unless(params, grads, lr, decided.skip, decided.grad_divisor);
 }
 
 }  // namespace

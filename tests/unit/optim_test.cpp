@@ -90,8 +90,8 @@ TEST(Optim, FusedSgdMatchesTorch) {
 }
 
 // step_unless: a skipped update leaves parameters, state and the step count as they were; an
-// unskipped one is step() bit for bit, for AdamW and SGD (the GPU's path, with the decision on
-// the device).
+// unskipped one is step() on the divided gradients bit for bit, for AdamW and SGD (the GPU's
+// path, with the decision on the device and the unscaling and clipping in the kernel).
 TEST(Optim, StepUnlessSkipsExactlyWhereFlagged) {
   if (!optim::fused_optimizers_built()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused optimizers";
   for (const std::string name : {"adamw", "sgd"}) {
@@ -105,8 +105,9 @@ TEST(Optim, StepUnlessSkipsExactlyWhereFlagged) {
     const std::vector<bool> skips{false, true, false, true, true, false};
     for (size_t i = 0; i < skips.size(); ++i) {
       const auto g = torch::randn({300});
-      if (!skips[i]) host->step(p_host, g, 1e-2);
-      device->step_unless(p_device, g, 1e-2, torch::full({}, skips[i] ? 1.0 : 0.0));
+      const auto divisor = torch::full({}, 1.0 + 0.37 * static_cast<double>(i), torch::kFloat);
+      if (!skips[i]) host->step(p_host, g / divisor, 1e-2);
+      device->step_unless(p_device, g.clone(), 1e-2, torch::full({}, skips[i] ? 1.0 : 0.0), divisor);
       ASSERT_TRUE(torch::equal(p_host, p_device)) << name << " step " << i;
     }
     EXPECT_EQ(device->steps(), 3) << name;

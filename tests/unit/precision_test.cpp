@@ -54,8 +54,9 @@ TEST(Autocast, Bf16MatmulsInsideTheScopeFp32Outside) {
 }
 
 // The step's decisions on the device (a GPU step's path) against the host's rules they replace:
-// LossScaler for fp16's skip and scale, clip_by_global_norm for clipping. Gradients, scale, window
-// and skip count bit for bit over steps with and without overflows, clipping and not.
+// LossScaler for fp16's skip and scale, clip_divisor for clipping. Gradient divisor, scale, window
+// and skip count bit for bit over steps with and without overflows, clipping and not; the
+// divided gradients are clip_by_global_norm's within rounding.
 TEST(DeviceStep, Fp16DecisionsEqualTheHostRules) {
   optim::LossScaler host(1024.0, 2.0, 0.5, 2), on_device_state(1024.0, 2.0, 0.5, 2);
   optim::DeviceStep device(torch::TensorOptions(), /*clip_norm=*/1.0, /*accumulation=*/2, &on_device_state);
@@ -65,21 +66,25 @@ TEST(DeviceStep, Fp16DecisionsEqualTheHostRules) {
     // Scaled gradients; every other step small enough not to clip.
     auto grads = torch::randn({64}) * host.scale() * (i % 2 ? 0.01 : 1.0);
     if (overflow[i]) grads[7] = INFINITY;
-    auto expected = grads.clone();
+    auto clipped = grads.clone();
     const auto squared = grads.pow(2).sum().to(torch::kDouble);
     const double scale = host.scale();
-    double squares = squared.item<double>(), norm = 0;
+    double squares = squared.item<double>(), norm = 0, divisor = 0;
     if (host.update(std::isfinite(squares))) {
-      expected.div_(scale);
       squares /= scale * scale;
-      norm = optim::clip_by_global_norm(expected, squares, 1.0);
+      norm = optim::global_norm(squares);
+      divisor = scale * optim::clip_divisor(norm, 1.0);
+      clipped.div_(scale);
+      optim::clip_by_global_norm(clipped, squares, 1.0);
     }
     EXPECT_EQ(device.loss_factor(0.25).item<float>(), static_cast<float>(0.25 * scale)) << "step " << i;
-    const auto skip = device.decide(grads, squared, torch::full({}, 3.0, torch::kDouble), static_cast<int64_t>(i + 1));
-    EXPECT_EQ(skip.item<float>(), overflow[i] ? 1.0f : 0.0f) << "step " << i;
+    const auto decided = device.decide(squared, torch::full({}, 3.0, torch::kDouble), static_cast<int64_t>(i + 1));
+    EXPECT_EQ(decided.skip.item<float>(), overflow[i] ? 1.0f : 0.0f) << "step " << i;
     const auto reading = device.read();
     if (!overflow[i]) {
-      EXPECT_TRUE(torch::equal(grads, expected)) << "step " << i;
+      EXPECT_EQ(decided.grad_divisor.item<float>(), static_cast<float>(divisor)) << "step " << i;
+      EXPECT_EQ(decided.grad_divisor.item<float>() == static_cast<float>(scale), i % 2 == 1) << "clips unless small";
+      EXPECT_TRUE(torch::allclose(grads / decided.grad_divisor, clipped, 1e-6, 0)) << "step " << i;
     }
     EXPECT_EQ(reading.last_norm, norm) << "step " << i;
     EXPECT_EQ(reading.last_loss, 1.5);
@@ -100,12 +105,11 @@ TEST(DeviceStep, DivergenceIsRecordedAndSkipsEveryLaterUpdate) {
   for (int64_t step = 1; step <= 5; ++step) {
     auto grads = torch::ones({8});
     if (step == 3) grads[0] = NAN;
-    const auto expected = grads.clone();
-    const auto skip = device.decide(grads, grads.pow(2).sum().to(torch::kDouble),
-                                    torch::full({}, static_cast<double>(step), torch::kDouble), step);
-    EXPECT_EQ(skip.item<float>(), step >= 3 ? 1.0f : 0.0f) << "step " << step;
+    const auto decided = device.decide(grads.pow(2).sum().to(torch::kDouble),
+                                       torch::full({}, static_cast<double>(step), torch::kDouble), step);
+    EXPECT_EQ(decided.skip.item<float>(), step >= 3 ? 1.0f : 0.0f) << "step " << step;
     if (step != 3) {
-      EXPECT_TRUE(torch::equal(grads, expected)) << "clip_norm 0 leaves gradients alone";
+      EXPECT_EQ(decided.grad_divisor.item<float>(), 1.0f) << "clip_norm 0 leaves gradients alone";
     }
   }
   const auto reading = device.read();
