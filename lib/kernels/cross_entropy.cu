@@ -12,6 +12,7 @@
 
 #include "comm/cuda_check.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/half_convert.cuh"
 
 namespace trident::kernels {
 
@@ -19,15 +20,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kVector = 8;  // 8 x 2 bytes: one 16-byte load
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half(x); }
 
 // (max, sum of exp(x - max)) of two parts; an empty part has max -inf and sum 0. A NaN logit
 // makes the max NaN (fmaxf would drop it) and the whole row's loss NaN, so that a diverged
@@ -156,21 +148,21 @@ void backward_as(const void* logits, const int64_t* labels, const float* lse, co
 
 bool cross_entropy_built() { return true; }
 
-void cross_entropy_forward(LogitType type, const void* logits, const int64_t* labels, int64_t rows, int64_t classes,
+void cross_entropy_forward(HalfType type, const void* logits, const int64_t* labels, int64_t rows, int64_t classes,
                            float* log_sum_exp, float* row_loss, void* stream) {
   if (rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (type == LogitType::bf16)
+  if (type == HalfType::bf16)
     forward_as<__nv_bfloat16>(logits, labels, rows, classes, log_sum_exp, row_loss, s);
   else
     forward_as<__half>(logits, labels, rows, classes, log_sum_exp, row_loss, s);
 }
 
-void cross_entropy_backward(LogitType type, const void* logits, const int64_t* labels, const float* log_sum_exp,
+void cross_entropy_backward(HalfType type, const void* logits, const int64_t* labels, const float* log_sum_exp,
                             const float* scale, int64_t rows, int64_t classes, void* grad, void* stream) {
   if (rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (type == LogitType::bf16)
+  if (type == HalfType::bf16)
     backward_as<__nv_bfloat16>(logits, labels, log_sum_exp, scale, rows, classes, grad, s);
   else
     backward_as<__half>(logits, labels, log_sum_exp, scale, rows, classes, grad, s);

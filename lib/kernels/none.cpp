@@ -1,19 +1,44 @@
-// The kernels of kernels/*.hpp in a build without CUDA: none, said so; callers check *_built().
+// The kernels of kernels/*.hpp in a build without CUDA: none, said so; callers check
+// cross_entropy_built(), layer_norm_supports() and column_sums_supports() first.
 #include <stdexcept>
 
+#include "kernels/column_sums.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/layer_norm.hpp"
 
 namespace trident::kernels {
 
 bool cross_entropy_built() { return false; }
 
-void cross_entropy_forward(LogitType, const void*, const int64_t*, int64_t, int64_t, float*, float*, void*) {
+void cross_entropy_forward(HalfType, const void*, const int64_t*, int64_t, int64_t, float*, float*, void*) {
   throw std::logic_error("cross_entropy_forward: this trident is built without CUDA");
 }
 
-void cross_entropy_backward(LogitType, const void*, const int64_t*, const float*, const float*, int64_t, int64_t, void*,
+void cross_entropy_backward(HalfType, const void*, const int64_t*, const float*, const float*, int64_t, int64_t, void*,
                             void*) {
   throw std::logic_error("cross_entropy_backward: this trident is built without CUDA");
+}
+
+bool layer_norm_supports(int64_t) { return false; }
+
+void layer_norm_forward(HalfType, const float*, const float*, const float*, int64_t, int64_t, float, void*, float*,
+                        float*, void*) {
+  throw std::logic_error("layer_norm_forward: this trident is built without CUDA");
+}
+
+int64_t layer_norm_backward_workspace(HalfType, int64_t, int64_t, int) { return 0; }
+
+void layer_norm_backward(HalfType, const void*, const float*, const float*, const float*, const float*, int64_t,
+                         int64_t, float*, float*, float*, float*, int, void*) {
+  throw std::logic_error("layer_norm_backward: this trident is built without CUDA");
+}
+
+bool column_sums_supports(int64_t) { return false; }
+
+int64_t column_sums_workspace(int64_t, int64_t, int) { return 0; }
+
+void column_sums(HalfType, const void*, int64_t, int64_t, float*, float*, int, void*) {
+  throw std::logic_error("column_sums: this trident is built without CUDA");
 }
 
 }  // namespace trident::kernels

@@ -1,6 +1,7 @@
 #include "model/gpt.hpp"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/embedding.h>
@@ -10,9 +11,14 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
+#include "comm/cuda_runtime.hpp"
+#include "kernels/column_sums.hpp"
+#include "kernels/layer_norm.hpp"
 #include "model/model.hpp"
+#include "optim/precision.hpp"
 
 namespace trident::model {
 
@@ -39,13 +45,160 @@ double gpt_flops_per_token(int64_t matmul_parameters, int64_t layers, int64_t se
 
 namespace {
 
-// x W^T + b through at::linear, not torch::nn::Linear's forward: the C++ frontend's functional
-// linear multiplies and then adds the bias in place, which under autocast adds an fp32 bias into
-// a bf16 product in a mixed-type elementwise kernel (benchmarks/README.md, the H100 profile);
-// at::linear casts the bias too and lets cuBLAS add it in the matrix product's epilogue.
-torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  return at::linear(x, layer->weight, layer->bias);
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// The kernels' backward is not itself differentiable: a second derivative (create_graph) would
+// silently miss terms, so it is refused.
+void no_double_backward(const char* layer) {
+  TORCH_CHECK(!torch::autograd::GradMode::is_enabled(), "trident's fused ", layer,
+              " on the GPU has no double backward (create_graph)");
 }
+
+// x W^T + b on the GPU under bf16/fp16 autocast, with its backward written out (mixed_linear):
+// the weight's gradient comes out of the matrix product in fp32 (no bf16 gradient that a cast
+// then turns into fp32), and the bias's is summed into fp32 by trident's column-sum kernel
+// (kernels/column_sums.hpp), not ATen's bf16 reduction and a cast.
+class MixedLinearFunction : public torch::autograd::Function<MixedLinearFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, bool bf16) {
+    const at::ScalarType type = bf16 ? at::kBFloat16 : at::kHalf;
+    const at::Tensor x16 = x.to(type), w16 = weight.to(type);
+    ctx->save_for_backward({x16, w16});
+    ctx->saved_data["bf16"] = bf16;
+    return at::linear(x16, w16, bias.to(type));  // cuBLAS adds the bias in the product's epilogue
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x16 = saved[0], &w16 = saved[1];
+    const bool bf16 = ctx->saved_data["bf16"].toBool();
+    const at::ScalarType type = bf16 ? at::kBFloat16 : at::kHalf;
+    const int64_t out = w16.size(0), in = w16.size(1);
+    no_double_backward("linear");
+    const at::Tensor g = grad_outputs[0].to(type).contiguous().view({-1, out});
+    at::Tensor grad_x, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(0)) grad_x = g.mm(w16).view(x16.sizes());
+    if (ctx->needs_input_grad(1)) grad_weight = gradient_in_fp32(g.t(), x16.reshape({-1, in}));
+    if (ctx->needs_input_grad(2) && !aligned16(g)) {
+      grad_bias = g.sum(0, false, at::kFloat);  // the kernel's 16-byte loads need an aligned start
+    } else if (ctx->needs_input_grad(2)) {
+      grad_bias = at::empty({out}, g.options().dtype(at::kFloat));
+      const int device = g.get_device();
+      at::Tensor workspace = at::empty({kernels::column_sums_workspace(g.size(0), out, device)}, grad_bias.options());
+      kernels::column_sums(bf16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16, g.data_ptr(), g.size(0), out,
+                           grad_bias.data_ptr<float>(), workspace.data_ptr<float>(), device,
+                           comm::cuda_current_stream(device));
+    }
+    return {grad_x, grad_weight, grad_bias, at::Tensor()};
+  }
+
+  // a b in fp32 from 16-bit a and b: cuBLAS writes fp32 where this LibTorch lets it (mm's
+  // out_dtype, 2.9 on), else a 16-bit product cast up.
+  static at::Tensor gradient_in_fp32(const at::Tensor& a, const at::Tensor& b) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+    return at::mm(a, b, at::kFloat);
+#else
+    return a.mm(b).to(at::kFloat);
+#endif
+  }
+};
+
+// The type of CUDA autocast where `x` is a CUDA tensor and autocast runs in bf16 or fp16 there;
+// Float otherwise.
+at::ScalarType mixed_type(const at::Tensor& x) {
+  if (!x.is_cuda()) return at::kFloat;
+  const at::ScalarType type = optim::active_autocast_type(true);
+  return type == at::kBFloat16 || type == at::kHalf ? type : at::kFloat;
+}
+
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return mixed_linear(x, layer->weight, layer->bias);
+}
+
+// LayerNorm of the fp32 residual stream straight into autocast's 16-bit type, on the GPU in two
+// kernels (kernels/layer_norm.hpp). Keeps the input (fp32) and 8 bytes a row for backward.
+class MixedLayerNormFunction : public torch::autograd::Function<MixedLayerNormFunction> {
+ public:
+  static kernels::HalfType half_type(at::ScalarType type) {
+    return type == at::kBFloat16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16;
+  }
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, double eps, bool bf16) {
+    const at::ScalarType type = bf16 ? at::kBFloat16 : at::kHalf;
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    at::Tensor y = at::empty(x.sizes(), x.options().dtype(type));
+    at::Tensor mean = at::empty({rows}, x.options()), rstd = at::empty({rows}, x.options());
+    kernels::layer_norm_forward(half_type(type), x.data_ptr<float>(), weight.data_ptr<float>(), bias.data_ptr<float>(),
+                                rows, width, static_cast<float>(eps), y.data_ptr(), mean.data_ptr<float>(),
+                                rstd.data_ptr<float>(), comm::cuda_current_stream(x.get_device()));
+    ctx->save_for_backward({x, weight, mean, rstd});
+    ctx->saved_data["bf16"] = bf16;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1];
+    const at::ScalarType type = ctx->saved_data["bf16"].toBool() ? at::kBFloat16 : at::kHalf;
+    no_double_backward("LayerNorm");
+    at::Tensor grad_y = grad_outputs[0].to(type).contiguous();  // y's type: a no-op, unless a consumer was fp32
+    if (reinterpret_cast<uintptr_t>(grad_y.data_ptr()) % 8 != 0) grad_y = grad_y.clone();  // 8-byte loads
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    const int device = x.get_device();
+    at::Tensor grad_x = at::empty_like(x), grad_weight = at::empty_like(weight), grad_bias = at::empty_like(weight);
+    at::Tensor workspace = at::empty({kernels::layer_norm_backward_workspace(half_type(type), rows, width, device)}, x.options());
+    kernels::layer_norm_backward(half_type(type), grad_y.data_ptr(), x.data_ptr<float>(),
+                                 saved[2].data_ptr<float>(), saved[3].data_ptr<float>(), weight.data_ptr<float>(), rows,
+                                 width, grad_x.data_ptr<float>(), grad_weight.data_ptr<float>(),
+                                 grad_bias.data_ptr<float>(), workspace.data_ptr<float>(), device,
+                                 comm::cuda_current_stream(device));
+    return {grad_x, grad_weight, grad_bias, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool mixed_linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return mixed_type(x) != at::kFloat && x.dim() >= 2 && weight.dim() == 2 && bias.defined() &&
+         weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat && bias.numel() == weight.size(0) &&
+         kernels::column_sums_supports(weight.size(0));
+}
+
+at::Tensor mixed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!mixed_linear_applies(x, weight, bias)) return at::linear(x, weight, bias);
+  return MixedLinearFunction::apply(x, weight, bias, mixed_type(x) == at::kBFloat16);
+}
+
+bool mixed_layer_norm_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (x.scalar_type() != at::kFloat || !x.is_contiguous() || x.dim() < 1 || mixed_type(x) == at::kFloat) return false;
+  return kernels::layer_norm_supports(x.size(-1)) &&
+         weight.defined() && bias.defined() && weight.scalar_type() == at::kFloat &&
+         bias.scalar_type() == at::kFloat && weight.numel() == x.size(-1) && bias.numel() == x.size(-1) &&
+         weight.is_contiguous() && bias.is_contiguous() && weight.device() == x.device() &&
+         bias.device() == x.device() && aligned16(x) && aligned16(weight) && aligned16(bias);
+}
+
+at::Tensor mixed_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  if (!mixed_layer_norm_applies(x, weight, bias)) return at::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  return MixedLayerNormFunction::apply(x, weight, bias, eps, mixed_type(x) == at::kBFloat16);
+}
+
+namespace {
+
+// torch::nn::LayerNorm (the same parameters and names, so the same checkpoints) whose forward is
+// mixed_layer_norm: on the GPU under bf16/fp16 autocast it normalises fp32 rows straight into the
+// 16-bit type the next matrix product reads. ATen's layer_norm would return fp32 there (autocast
+// runs it in fp32), which the product then casts in a kernel of its own.
+class MixedLayerNormImpl : public torch::nn::LayerNormImpl {
+ public:
+  explicit MixedLayerNormImpl(int64_t width) : torch::nn::LayerNormImpl(torch::nn::LayerNormOptions({width})) {}
+  torch::Tensor forward(const torch::Tensor& x) { return mixed_layer_norm(x, weight, bias, options.eps()); }
+};
+TORCH_MODULE(MixedLayerNorm);
 
 // Token ids [batch, T] -> token embedding + position embedding [batch, T, d_model].
 class EmbeddingImpl : public torch::nn::Module {
@@ -67,10 +220,10 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(int64_t d_model, int64_t heads)
       : heads_(heads),
-        attn_norm(register_module("attn_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})))),
+        attn_norm(register_module("attn_norm", MixedLayerNorm(d_model))),
         qkv(register_module("qkv", torch::nn::Linear(d_model, 3 * d_model))),
         attn_out(register_module("attn_out", torch::nn::Linear(d_model, d_model))),
-        mlp_norm(register_module("mlp_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})))),
+        mlp_norm(register_module("mlp_norm", MixedLayerNorm(d_model))),
         mlp_in(register_module("mlp_in", torch::nn::Linear(d_model, 4 * d_model))),
         mlp_out(register_module("mlp_out", torch::nn::Linear(4 * d_model, d_model))) {}
 
@@ -93,9 +246,9 @@ class BlockImpl : public torch::nn::Module {
   int64_t heads_;
 
  public:
-  torch::nn::LayerNorm attn_norm;
+  MixedLayerNorm attn_norm;
   torch::nn::Linear qkv, attn_out;
-  torch::nn::LayerNorm mlp_norm;
+  MixedLayerNorm mlp_norm;
   torch::nn::Linear mlp_in, mlp_out;
 };
 TORCH_MODULE(Block);
@@ -135,7 +288,7 @@ void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink
     emit(initialised("block" + std::to_string(l), block, {t, d}));
   }
   torch::nn::Sequential head;
-  head->push_back("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  head->push_back("norm", MixedLayerNorm(d));
   head->push_back("linear", torch::nn::Linear(torch::nn::LinearOptions(d, vocab).bias(false)));
   emit(initialised("head", head, {t, vocab}));
 }

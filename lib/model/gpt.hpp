@@ -13,6 +13,24 @@ namespace trident::model {
 at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
+// x W^T + b (fp32 weight and bias) as the GPT's blocks run it: through at::linear, not
+// torch::nn::Linear's forward, whose functional form multiplies and then adds the bias in place
+// (under autocast an fp32 bias into a bf16 product, in a mixed-type elementwise kernel 30x slower
+// than a plain add: benchmarks/README.md, the H100 profile); at::linear casts the bias too and
+// cuBLAS adds it in the product's epilogue. On the GPU under bf16/fp16 autocast, where
+// mixed_linear_applies (an output width the column-sum kernel takes), with its backward written
+// out: the weight's gradient comes out of the product in fp32, and the bias's is summed into fp32
+// by trident's kernel (kernels/column_sums.hpp), not by ATen's bf16 reduction and then a cast.
+bool mixed_linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+at::Tensor mixed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// LayerNorm over the last dimension (fp32 weight and bias of that width) as the GPT runs it: on
+// the GPU under bf16/fp16 autocast, fp32 rows straight into the 16-bit type, in trident's kernels
+// (kernels/layer_norm.hpp), where mixed_layer_norm_applies (widths that are multiples of 128 up
+// to 1024, contiguous and 16-byte aligned); elsewhere ATen's layer_norm, which returns fp32.
+bool mixed_layer_norm_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+at::Tensor mixed_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+
 // Training FLOPs per token (forward + backward) of a GPT, the convention of the PaLM paper's
 // MFU: 6 N for the weight matmuls, N the parameters excluding the token and position
 // embeddings (lookups, not matmuls; the untied head is counted), plus 12 L T d for attention's

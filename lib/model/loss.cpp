@@ -56,8 +56,8 @@ class LowPrecisionCrossEntropy : public torch::autograd::Function<LowPrecisionCr
 // the labels and 4 bytes a row of log-sum-exp kept for backward, and no host synchronisation.
 class FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
  public:
-  static kernels::LogitType type_of(const at::Tensor& logits) {
-    return logits.scalar_type() == at::kBFloat16 ? kernels::LogitType::bf16 : kernels::LogitType::fp16;
+  static kernels::HalfType type_of(const at::Tensor& logits) {
+    return logits.scalar_type() == at::kBFloat16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16;
   }
 
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits_in, const at::Tensor& labels_in,

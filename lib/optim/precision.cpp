@@ -35,6 +35,10 @@ void set_autocast_type(bool cuda, c10::ScalarType t) {
 }  // namespace
 #endif
 
+c10::ScalarType active_autocast_type(bool cuda) {
+  return autocast_enabled(cuda) ? autocast_type(cuda) : c10::ScalarType::Float;
+}
+
 AutocastScope::AutocastScope(c10::ScalarType type, bool cuda) : active_(type != c10::ScalarType::Float), cuda_(cuda) {
   if (!active_) return;
   was_enabled_ = autocast_enabled(cuda_);

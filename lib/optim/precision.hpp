@@ -14,6 +14,9 @@ namespace trident::optim {
 // fp32 -> Float (autocast off), bf16 -> BFloat16, fp16 -> Half.
 c10::ScalarType compute_type(const std::string& precision);
 
+// The type autocast computes in on the CPU or CUDA now; Float where it is off.
+c10::ScalarType active_autocast_type(bool cuda);
+
 // Autocast for one forward (not the backward: autograd casts gradients back by itself) on the
 // CPU or CUDA; Float = off. Clears autocast's cache of cast weights when the outermost scope
 // ends, so the next step casts the updated weights.

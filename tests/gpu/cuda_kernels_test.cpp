@@ -11,7 +11,9 @@
 
 #include "comm/cuda_runtime.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "model/gpt.hpp"
 #include "model/loss.hpp"
+#include "optim/precision.hpp"
 
 namespace {
 
@@ -87,6 +89,127 @@ TEST(CudaKernels, FusedCrossEntropyNanLogitGivesNanLoss) {
       EXPECT_TRUE(std::isnan(trident::model::cross_entropy(logits, labels, true).item<double>()))
           << classes << " classes, NaN at column " << at_column;
     }
+}
+
+// The GPT's LayerNorm under CUDA autocast (fp32 rows into bf16/fp16, kernels/layer_norm.hpp):
+// output, input gradient and weight and bias gradients against float64 on the CPU from the same
+// inputs. The output within 1e-2 relative (it is stored in bf16: ~4e-3 rounding; fp16 ~5e-4),
+// the gradients within 1e-4 (fp32 arithmetic on the same 16-bit incoming gradient). Rows that fill
+// several blocks per warp and rows that leave warps idle; every supported width class.
+TEST(CudaKernels, MixedLayerNormMatchesFloat64) {
+  struct LayerNormCase {
+    int64_t rows, width;
+    at::ScalarType type;
+  };
+  const LayerNormCase cases[] = {
+      {16384, 768, at::kBFloat16}, {7, 128, at::kBFloat16}, {1000, 1024, at::kHalf},
+      {33, 384, at::kHalf},        {1, 896, at::kBFloat16}, {4099, 256, at::kBFloat16},
+  };
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& c : cases) {
+    const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.width) + " " + c10::toString(c.type);
+    const at::Tensor x = (at::randn({c.rows, c.width}, cuda) * 3 + 1).requires_grad_(true);
+    const at::Tensor weight = (at::randn({c.width}, cuda) + 1).requires_grad_(true);
+    const at::Tensor bias = at::randn({c.width}, cuda).requires_grad_(true);
+    const at::Tensor grad_y = at::randn({c.rows, c.width}, cuda).to(c.type);
+    at::Tensor y;
+    {
+      trident::optim::AutocastScope autocast(c.type, /*cuda=*/true);
+      ASSERT_TRUE(trident::model::mixed_layer_norm_applies(x, weight, bias)) << name;
+      y = trident::model::mixed_layer_norm(x, weight, bias, 1e-5);
+    }
+    EXPECT_EQ(y.scalar_type(), c.type) << name;
+    y.backward(grad_y);
+
+    const auto on_cpu = [](const at::Tensor& t) { return t.detach().cpu().to(at::kDouble).requires_grad_(true); };
+    const at::Tensor rx = on_cpu(x), rw = on_cpu(weight), rb = on_cpu(bias);
+    const at::Tensor ry = at::layer_norm(rx, {c.width}, rw, rb, 1e-5);
+    ry.backward(grad_y.cpu().to(at::kDouble));
+    EXPECT_LT(relative_error(y.cpu(), ry.detach()), 1e-2) << name;
+    EXPECT_LT(relative_error(x.grad().cpu(), rx.grad()), 1e-4) << name;
+    EXPECT_LT(relative_error(weight.grad().cpu(), rw.grad()), 1e-4) << name;
+    EXPECT_LT(relative_error(bias.grad().cpu(), rb.grad()), 1e-4) << name;
+
+    // The same inputs give the same bits (the weight gradient's sums run in a fixed order).
+    const at::Tensor first = weight.grad().clone();
+    weight.grad().zero_();
+    {
+      trident::optim::AutocastScope autocast(c.type, /*cuda=*/true);
+      trident::model::mixed_layer_norm(x, weight, bias, 1e-5).backward(grad_y);
+    }
+    EXPECT_TRUE(at::equal(weight.grad(), first)) << name;
+  }
+}
+
+// The GPT's linear layers under CUDA autocast (kernels/column_sums.hpp for the bias gradient, the
+// weight gradient straight out of the product in fp32): output and gradients against float64 on
+// the CPU from the same 16-bit operands the GPU multiplies (x and W rounded to the autocast type).
+// The output and the input gradient are stored in 16 bits (within 1e-2 relative); the weight and
+// bias gradients are fp32 sums of exact products of 16-bit numbers (within 1e-3 and 1e-4). fp32
+// and 16-bit inputs, bias widths of one slab and of many, rows that leave slabs short.
+TEST(CudaKernels, MixedLinearMatchesFloat64) {
+  struct LinearCase {
+    int64_t rows, in, out;
+    at::ScalarType type, input;
+  };
+  const LinearCase cases[] = {
+      {4096, 768, 2304, at::kBFloat16, at::kBFloat16}, {4096, 3072, 768, at::kBFloat16, at::kBFloat16},
+      {1000, 256, 1024, at::kHalf, at::kFloat},        {37, 64, 8, at::kBFloat16, at::kFloat},
+      {1, 128, 264, at::kBFloat16, at::kBFloat16},
+  };
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& c : cases) {
+    const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.in) + "->" + std::to_string(c.out) + " " +
+                             c10::toString(c.type) + " from " + c10::toString(c.input);
+    const at::Tensor x = at::randn({1, c.rows, c.in}, cuda).to(c.input).requires_grad_(true);
+    const at::Tensor weight = (at::randn({c.out, c.in}, cuda) * 0.05).requires_grad_(true);
+    const at::Tensor bias = at::randn({c.out}, cuda).requires_grad_(true);
+    const at::Tensor grad_y = at::randn({1, c.rows, c.out}, cuda).to(c.type);
+    at::Tensor y;
+    {
+      trident::optim::AutocastScope autocast(c.type, /*cuda=*/true);
+      ASSERT_TRUE(trident::model::mixed_linear_applies(x, weight, bias)) << name;
+      y = trident::model::mixed_linear(x, weight, bias);
+    }
+    EXPECT_EQ(y.scalar_type(), c.type) << name;
+    y.backward(grad_y);
+    ASSERT_TRUE(x.grad().defined() && weight.grad().defined() && bias.grad().defined()) << name;
+    EXPECT_EQ(x.grad().scalar_type(), c.input) << name;
+
+    const auto as_used = [&](const at::Tensor& t) {  // the operand the GPU multiplies, in float64
+      return t.detach().to(c.type).cpu().to(at::kDouble).requires_grad_(true);
+    };
+    const at::Tensor rx = as_used(x), rw = as_used(weight), rb = bias.detach().cpu().to(at::kDouble).requires_grad_(true);
+    const at::Tensor ry = at::linear(rx, rw, rb);
+    ry.backward(grad_y.cpu().to(at::kDouble));
+    EXPECT_LT(relative_error(y.cpu(), ry.detach()), 1e-2) << name;
+    EXPECT_LT(relative_error(x.grad().cpu(), rx.grad()), 1e-2) << name;
+    EXPECT_LT(relative_error(weight.grad().cpu(), rw.grad()), 1e-3) << name;
+    EXPECT_LT(relative_error(bias.grad().cpu(), rb.grad()), 1e-4) << name;
+  }
+}
+
+// Where the kernels do not apply (a LayerNorm width that is not a multiple of 128, a bias width
+// that is not a multiple of 8, no autocast, the CPU), ATen's layer_norm and linear run.
+TEST(CudaKernels, MixedLayersFallBackToAten) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor w96 = at::ones({96}, cuda), b96 = at::zeros({96}, cuda);
+  const at::Tensor w128 = at::ones({128}, cuda), b128 = at::zeros({128}, cuda);
+  {
+    trident::optim::AutocastScope autocast(at::kBFloat16, /*cuda=*/true);
+    EXPECT_FALSE(trident::model::mixed_layer_norm_applies(at::randn({4, 96}, cuda), w96, b96));
+    EXPECT_EQ(trident::model::mixed_layer_norm(at::randn({4, 96}, cuda), w96, b96, 1e-5).scalar_type(), at::kFloat);
+    EXPECT_FALSE(trident::model::mixed_layer_norm_applies(at::randn({4, 128}), w128.cpu(), b128.cpu()));
+    const at::Tensor x = at::randn({4, 16}, cuda), w12 = at::randn({12, 16}, cuda), b12 = at::randn({12}, cuda);
+    EXPECT_FALSE(trident::model::mixed_linear_applies(x, w12, b12));
+    EXPECT_TRUE(trident::model::mixed_linear(x, w12, b12).isfinite().all().item<bool>());
+    EXPECT_FALSE(trident::model::mixed_linear_applies(x.cpu(), w12.narrow(0, 0, 8).cpu(), b12.narrow(0, 0, 8).cpu()));
+  }
+  EXPECT_FALSE(trident::model::mixed_linear_applies(at::randn({4, 16}, cuda), at::randn({8, 16}, cuda),
+                                                    at::randn({8}, cuda)))
+      << "no autocast";
+  EXPECT_FALSE(trident::model::mixed_layer_norm_applies(at::randn({4, 128}, cuda), w128, b128)) << "no autocast";
+  EXPECT_EQ(trident::model::mixed_layer_norm(at::randn({4, 128}, cuda), w128, b128, 1e-5).scalar_type(), at::kFloat);
 }
 
 }  // namespace

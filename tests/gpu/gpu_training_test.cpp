@@ -159,9 +159,12 @@ TEST(Gpu, BackgroundSavesWriteTheSameFilesAsSynchronousOnes) {
 
 // bf16 autocast on the GPU trains like fp32: every logged loss of 20 steps of the tiny GPT within
 // 0.05 nats (bf16 keeps 8 bits of mantissa in the matmuls; the loss itself is computed in fp32).
+// d_model 128: a width trident's LayerNorm kernels take (kernels/layer_norm.hpp), so that bf16
+// runs them and fp32 runs ATen's.
 TEST(Gpu, Bf16TracksFp32) {
   if (world_size() != 1) GTEST_SKIP() << "np 1";
   auto deck = tiny_gpt("bf16_gpu");
+  deck.model.d_model = 128;
   deck.run.max_steps = 20;
   deck.run.log_every = 5;
   const auto fp32 = run(on(deck, "cuda"), MPI_COMM_WORLD, "fp32");
@@ -179,6 +182,7 @@ TEST(Gpu, Bf16TracksFp32) {
 TEST(Gpu, Fp16RecoversFromAnOverflow) {
   if (world_size() != 1) GTEST_SKIP() << "np 1";
   auto deck = tiny_gpt("fp16_gpu");
+  deck.model.d_model = 128;  // trident's LayerNorm kernels in fp16 too
   deck.optim.precision = "fp16";
   deck.run.max_steps = 6;
   setenv("TRIDENT_TEST_GRADIENT_OVERFLOW", "3", 1);
