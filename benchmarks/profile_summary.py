@@ -2,11 +2,13 @@
 """Where a traced step's GPU time goes: reads Chrome traces written by LibTorch's Kineto profiler
 (trident's TRIDENT_PROFILE_STEPS, or gpt_reference.py --profile) and prints, per trace, the
 device's busy time against the traced span (the rest is the GPU waiting for the host), the
-kernels by kind, and the costliest kernels, all per step.
+kernels by kind, the costliest kernels, and the costliest (operator, kernel) pairs (the innermost
+operator that launched each kernel: which layer's backward a reduction belongs to), all per step.
 
   benchmarks/profile_summary.py --steps 2 trace.json[.gz] ...
 """
 import argparse
+import bisect
 import collections
 import gzip
 import json
@@ -39,6 +41,33 @@ def load(path):
     with opener(path, "rt") as f:
         trace = json.load(f)
     return trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
+def launching_operators(events):
+    """Kernel correlation id -> the two innermost CPU operators enclosing its launch (the runtime
+    or driver call with that correlation id, on the launching thread), outer > inner."""
+    ops = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op" and e.get("ph") == "X":
+            ops[e.get("tid")].append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e["name"]))
+    starts = {}
+    for tid, spans in ops.items():
+        spans.sort()
+        starts[tid] = [a for a, _, _ in spans]
+    found = {}
+    for e in events:
+        if e.get("cat") not in ("cuda_runtime", "cuda_driver") or "correlation" not in e.get("args", {}):
+            continue
+        ts, tid = float(e["ts"]), e.get("tid")
+        spans, names = ops.get(tid, []), []
+        i = bisect.bisect_right(starts.get(tid, []), ts) - 1
+        while i >= 0 and len(names) < 2:  # the latest-starting spans that still enclose ts
+            if spans[i][1] >= ts:
+                names.insert(0, spans[i][2])
+            i -= 1
+        if names:
+            found[e["args"]["correlation"]] = " > ".join(names)
+    return found
 
 
 def summarize(path, steps, top):
@@ -75,6 +104,16 @@ def summarize(path, steps, top):
     print("|---|---:|---:|")
     for name, us in by_name.most_common(top):
         print(f"| {name[:110]} | {us / steps / 1e3:.3f} | {count[name] / steps:.0f} |")
+    operator_of = launching_operators(events)
+    by_pair, pair_count = collections.Counter(), collections.Counter()
+    for e in kernels:
+        pair = (operator_of.get(e.get("args", {}).get("correlation"), "(none seen)"), e["name"])
+        by_pair[pair] += float(e.get("dur", 0))
+        pair_count[pair] += 1
+    print(f"| launching operator > kernel (top {top}) | ms per step | calls per step |")
+    print("|---|---:|---:|")
+    for (op, name), us in by_pair.most_common(top):
+        print(f"| {op[:90]} > {name[:60]} | {us / steps / 1e3:.3f} | {pair_count[(op, name)] / steps:.0f} |")
 
 
 def main():
