@@ -85,8 +85,8 @@ int64_t column_sums_workspace(int64_t rows, int64_t columns, int device) {
 void column_sums(HalfType type, const void* values, int64_t rows, int64_t columns, float* out, float* workspace,
                  int device, void* stream) {
   if (!column_sums_supports(columns) || reinterpret_cast<uintptr_t>(values) % 16 != 0)
-    fatal_one("column_sums: " + std::to_string(columns) + " columns at " + std::to_string(reinterpret_cast<uintptr_t>(values)) +
-              ": needs a multiple of 8 columns from a 16-byte aligned start");
+    fatal_one("column_sums: " + std::to_string(columns) + " columns at address " +
+              std::to_string(reinterpret_cast<uintptr_t>(values)) + ": needs a multiple of 8 from a 16-byte aligned start");
   const auto s = static_cast<cudaStream_t>(stream);
   const Grid g = grid_for(rows, columns, device);
   const dim3 blocks(g.column_blocks, g.slabs), threads(32, kRowPhases);

@@ -183,9 +183,10 @@ template <typename T, int kChunks>
 int backward_blocks(int64_t rows, int device) {
   int sms = 0, per_sm = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layer_norm_backward_kernel<T, kChunks>, kThreads, 0));
-  return static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>(static_cast<int64_t>(sms) * std::max(per_sm, 1), (rows + kWarps - 1) / kWarps)));
+  CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layer_norm_backward_kernel<T, kChunks>, kThreads, 0));
+  const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(resident, (rows + kWarps - 1) / kWarps)));
 }
 
 void check_rows(int64_t rows) {

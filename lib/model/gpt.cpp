@@ -150,7 +150,8 @@ class MixedLayerNormFunction : public torch::autograd::Function<MixedLayerNormFu
     const int64_t width = x.size(-1), rows = x.numel() / width;
     const int device = x.get_device();
     at::Tensor grad_x = at::empty_like(x), grad_weight = at::empty_like(weight), grad_bias = at::empty_like(weight);
-    at::Tensor workspace = at::empty({kernels::layer_norm_backward_workspace(half_type(type), rows, width, device)}, x.options());
+    at::Tensor workspace =
+        at::empty({kernels::layer_norm_backward_workspace(half_type(type), rows, width, device)}, x.options());
     kernels::layer_norm_backward(half_type(type), grad_y.data_ptr(), x.data_ptr<float>(),
                                  saved[2].data_ptr<float>(), saved[3].data_ptr<float>(), weight.data_ptr<float>(), rows,
                                  width, grad_x.data_ptr<float>(), grad_weight.data_ptr<float>(),

@@ -179,7 +179,8 @@ TEST(CudaKernels, MixedLinearMatchesFloat64) {
     const auto as_used = [&](const at::Tensor& t) {  // the operand the GPU multiplies, in float64
       return t.detach().to(c.type).cpu().to(at::kDouble).requires_grad_(true);
     };
-    const at::Tensor rx = as_used(x), rw = as_used(weight), rb = bias.detach().cpu().to(at::kDouble).requires_grad_(true);
+    const at::Tensor rx = as_used(x), rw = as_used(weight);
+    const at::Tensor rb = bias.detach().cpu().to(at::kDouble).requires_grad_(true);
     const at::Tensor ry = at::linear(rx, rw, rb);
     ry.backward(grad_y.cpu().to(at::kDouble));
     EXPECT_LT(relative_error(y.cpu(), ry.detach()), 1e-2) << name;
