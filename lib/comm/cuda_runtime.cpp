@@ -8,6 +8,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "comm/cuda_check.hpp"
 
@@ -21,6 +23,17 @@ int cuda_visible_devices() {
 }
 
 void cuda_set_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+
+int cuda_multiprocessors(int index) {
+  static std::mutex lock;
+  static std::map<int, int> known;
+  const std::lock_guard<std::mutex> hold(lock);
+  const auto found = known.find(index);
+  if (found != known.end()) return found->second;
+  int count = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index));
+  return known[index] = count;
+}
 
 std::string cuda_device_name(int index) {
   cudaDeviceProp properties{};

@@ -15,6 +15,9 @@ int cuda_visible_devices();
 // Makes device `index` this thread's current device: before any CUDA or NCCL call of the run,
 // so that NCCL, the caching allocator and every stream live on the rank's own GPU.
 void cuda_set_device(int index);
+// The device's streaming multiprocessors, read once per device (trident's kernels size their
+// grids by it on every layer's backward); 0 in a CPU build.
+int cuda_multiprocessors(int index);
 // "NVIDIA H100 80GB HBM3", or "" in a CPU build.
 std::string cuda_device_name(int index);
 // The device's UUID as nvidia-smi prints it ("GPU-8c0d7a1e-..."): the same physical GPU gives

@@ -8,6 +8,7 @@ namespace trident::comm {
 bool cuda_built() { return false; }
 int cuda_visible_devices() { return 0; }
 void cuda_set_device(int) { fatal_one("cuda_set_device: this trident was built without CUDA"); }
+int cuda_multiprocessors(int) { return 0; }
 std::string cuda_device_name(int) { return ""; }
 std::string cuda_device_uuid(int) { return ""; }
 int64_t cuda_total_memory_bytes(int) { return 0; }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "comm/cuda_check.hpp"
+#include "comm/cuda_runtime.hpp"
 #include "kernels/column_sums.hpp"
 #include "kernels/half_convert.cuh"
 #include "kernels/partial_sums.cuh"
@@ -64,8 +65,7 @@ struct Grid {
 
 // Enough blocks to keep every SM busy with several at once: slabs of rows times column blocks.
 Grid grid_for(int64_t rows, int64_t columns, int device) {
-  int sms = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = comm::cuda_multiprocessors(device);
   const int64_t column_blocks = (columns + kColumnsPerBlock - 1) / kColumnsPerBlock;
   const int64_t wanted = std::max<int64_t>(1, 4 * static_cast<int64_t>(sms) / column_blocks);
   const int64_t slabs = std::max<int64_t>(1, std::min(wanted, (rows + kMinRowsPerSlab - 1) / kMinRowsPerSlab));
@@ -86,16 +86,16 @@ void column_sums(HalfType type, const void* values, int64_t rows, int64_t column
                  int device, void* stream) {
   if (!column_sums_supports(columns) || reinterpret_cast<uintptr_t>(values) % 16 != 0)
     fatal_one("column_sums: " + std::to_string(columns) + " columns at address " +
-              std::to_string(reinterpret_cast<uintptr_t>(values)) + ": needs a multiple of 8 from a 16-byte aligned start");
+              std::to_string(reinterpret_cast<uintptr_t>(values)) +
+              ": needs a multiple of 8 from a 16-byte aligned start");
   const auto s = static_cast<cudaStream_t>(stream);
   const Grid g = grid_for(rows, columns, device);
   const dim3 blocks(g.column_blocks, g.slabs), threads(32, kRowPhases);
-  if (type == HalfType::bf16)
-    column_partials_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(static_cast<const __nv_bfloat16*>(values), rows,
-                                                                    columns, g.rows_per_slab, workspace);
-  else
-    column_partials_kernel<__half><<<blocks, threads, 0, s>>>(static_cast<const __half*>(values), rows, columns,
-                                                             g.rows_per_slab, workspace);
+  with_type(type, [&](auto tag) {
+    using T = decltype(tag);
+    column_partials_kernel<T>
+        <<<blocks, threads, 0, s>>>(static_cast<const T*>(values), rows, columns, g.rows_per_slab, workspace);
+  });
   CUDA_CHECK(cudaGetLastError());
   sum_partials(workspace, static_cast<int>(g.slabs), columns, static_cast<int>(columns), out, s);
 }

@@ -152,20 +152,18 @@ void cross_entropy_forward(HalfType type, const void* logits, const int64_t* lab
                            float* log_sum_exp, float* row_loss, void* stream) {
   if (rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (type == HalfType::bf16)
-    forward_as<__nv_bfloat16>(logits, labels, rows, classes, log_sum_exp, row_loss, s);
-  else
-    forward_as<__half>(logits, labels, rows, classes, log_sum_exp, row_loss, s);
+  with_type(type, [&](auto tag) {
+    forward_as<decltype(tag)>(logits, labels, rows, classes, log_sum_exp, row_loss, s);
+  });
 }
 
 void cross_entropy_backward(HalfType type, const void* logits, const int64_t* labels, const float* log_sum_exp,
                             const float* scale, int64_t rows, int64_t classes, void* grad, void* stream) {
   if (rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (type == HalfType::bf16)
-    backward_as<__nv_bfloat16>(logits, labels, log_sum_exp, scale, rows, classes, grad, s);
-  else
-    backward_as<__half>(logits, labels, log_sum_exp, scale, rows, classes, grad, s);
+  with_type(type, [&](auto tag) {
+    backward_as<decltype(tag)>(logits, labels, log_sum_exp, scale, rows, classes, grad, s);
+  });
 }
 
 }  // namespace trident::kernels

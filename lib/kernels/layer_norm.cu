@@ -13,6 +13,8 @@
 #include <type_traits>
 
 #include "comm/cuda_check.hpp"
+#include "comm/cuda_runtime.hpp"
+#include "kernels/half_convert.cuh"
 #include "kernels/layer_norm.hpp"
 #include "kernels/partial_sums.cuh"
 
@@ -178,14 +180,18 @@ __global__ void __launch_bounds__(kThreads) layer_norm_backward_kernel(
 }
 
 // Backward blocks: as many as fit on the GPU at once (the wider kernels hold more registers, so
-// fewer fit), no more than the rows need. Each adds a row of partial sums to the workspace.
+// fewer fit), no more than the rows need. Each adds a row of partial sums to the workspace. The
+// blocks an SM holds depend on the kernel and the GPU model only: asked once per kernel (a rank
+// drives one GPU), not on every layer's backward.
 template <typename T, int kChunks>
 int backward_blocks(int64_t rows, int device) {
-  int sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layer_norm_backward_kernel<T, kChunks>, kThreads, 0));
-  const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  static const int per_sm = [] {
+    int blocks = 0;
+    CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, layer_norm_backward_kernel<T, kChunks>, kThreads, 0));
+    return std::max(blocks, 1);
+  }();
+  const int64_t resident = static_cast<int64_t>(comm::cuda_multiprocessors(device)) * per_sm;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(resident, (rows + kWarps - 1) / kWarps)));
 }
 
@@ -218,8 +224,8 @@ void backward_as(const void* grad_y, const float* x, const float* mean, const fl
   sum_partials(workspace + width, blocks, 2 * width, width, grad_beta, stream);
 }
 
-// call(std::integral_constant<int, width / 128>) for the widths the kernels take, and call with
-// the 16-bit type as a tag: the generic lambdas below turn both into template arguments.
+// call(std::integral_constant<int, width / 128>) for the widths the kernels take: the generic
+// lambdas below turn it into a template argument, as with_type does the 16-bit type.
 template <typename Call>
 void with_chunks(int64_t width, Call&& call) {
   if (!layer_norm_supports(width))
@@ -235,14 +241,6 @@ void with_chunks(int64_t width, Call&& call) {
     case 8: call(std::integral_constant<int, 8>()); break;
     default: break;
   }
-}
-
-template <typename Call>
-void with_type(HalfType type, Call&& call) {
-  if (type == HalfType::bf16)
-    call(__nv_bfloat16());
-  else
-    call(__half());
 }
 
 }  // namespace

@@ -47,6 +47,10 @@ namespace {
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
+// The 16-bit type of the mixed layers below, which carry it as a flag: bf16, or else fp16.
+at::ScalarType half_scalar_type(bool bf16) { return bf16 ? at::kBFloat16 : at::kHalf; }
+kernels::HalfType half_type(bool bf16) { return bf16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16; }
+
 // The kernels' backward is not itself differentiable: a second derivative (create_graph) would
 // silently miss terms, so it is refused.
 void no_double_backward(const char* layer) {
@@ -62,7 +66,7 @@ class MixedLinearFunction : public torch::autograd::Function<MixedLinearFunction
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, bool bf16) {
-    const at::ScalarType type = bf16 ? at::kBFloat16 : at::kHalf;
+    const at::ScalarType type = half_scalar_type(bf16);
     const at::Tensor x16 = x.to(type), w16 = weight.to(type);
     ctx->save_for_backward({x16, w16});
     ctx->saved_data["bf16"] = bf16;
@@ -74,7 +78,7 @@ class MixedLinearFunction : public torch::autograd::Function<MixedLinearFunction
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x16 = saved[0], &w16 = saved[1];
     const bool bf16 = ctx->saved_data["bf16"].toBool();
-    const at::ScalarType type = bf16 ? at::kBFloat16 : at::kHalf;
+    const at::ScalarType type = half_scalar_type(bf16);
     const int64_t out = w16.size(0), in = w16.size(1);
     no_double_backward("linear");
     const at::Tensor g = grad_outputs[0].to(type).contiguous().view({-1, out});
@@ -87,9 +91,8 @@ class MixedLinearFunction : public torch::autograd::Function<MixedLinearFunction
       grad_bias = at::empty({out}, g.options().dtype(at::kFloat));
       const int device = g.get_device();
       at::Tensor workspace = at::empty({kernels::column_sums_workspace(g.size(0), out, device)}, grad_bias.options());
-      kernels::column_sums(bf16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16, g.data_ptr(), g.size(0), out,
-                           grad_bias.data_ptr<float>(), workspace.data_ptr<float>(), device,
-                           comm::cuda_current_stream(device));
+      kernels::column_sums(half_type(bf16), g.data_ptr(), g.size(0), out, grad_bias.data_ptr<float>(),
+                           workspace.data_ptr<float>(), device, comm::cuda_current_stream(device));
     }
     return {grad_x, grad_weight, grad_bias, at::Tensor()};
   }
@@ -121,17 +124,12 @@ torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
 // kernels (kernels/layer_norm.hpp). Keeps the input (fp32) and 8 bytes a row for backward.
 class MixedLayerNormFunction : public torch::autograd::Function<MixedLayerNormFunction> {
  public:
-  static kernels::HalfType half_type(at::ScalarType type) {
-    return type == at::kBFloat16 ? kernels::HalfType::bf16 : kernels::HalfType::fp16;
-  }
-
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, double eps, bool bf16) {
-    const at::ScalarType type = bf16 ? at::kBFloat16 : at::kHalf;
     const int64_t width = x.size(-1), rows = x.numel() / width;
-    at::Tensor y = at::empty(x.sizes(), x.options().dtype(type));
+    at::Tensor y = at::empty(x.sizes(), x.options().dtype(half_scalar_type(bf16)));
     at::Tensor mean = at::empty({rows}, x.options()), rstd = at::empty({rows}, x.options());
-    kernels::layer_norm_forward(half_type(type), x.data_ptr<float>(), weight.data_ptr<float>(), bias.data_ptr<float>(),
+    kernels::layer_norm_forward(half_type(bf16), x.data_ptr<float>(), weight.data_ptr<float>(), bias.data_ptr<float>(),
                                 rows, width, static_cast<float>(eps), y.data_ptr(), mean.data_ptr<float>(),
                                 rstd.data_ptr<float>(), comm::cuda_current_stream(x.get_device()));
     ctx->save_for_backward({x, weight, mean, rstd});
@@ -143,16 +141,17 @@ class MixedLayerNormFunction : public torch::autograd::Function<MixedLayerNormFu
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1];
-    const at::ScalarType type = ctx->saved_data["bf16"].toBool() ? at::kBFloat16 : at::kHalf;
+    const bool bf16 = ctx->saved_data["bf16"].toBool();
     no_double_backward("LayerNorm");
-    at::Tensor grad_y = grad_outputs[0].to(type).contiguous();  // y's type: a no-op, unless a consumer was fp32
+    // y's type: a no-op, unless a consumer was fp32.
+    at::Tensor grad_y = grad_outputs[0].to(half_scalar_type(bf16)).contiguous();
     if (reinterpret_cast<uintptr_t>(grad_y.data_ptr()) % 8 != 0) grad_y = grad_y.clone();  // 8-byte loads
     const int64_t width = x.size(-1), rows = x.numel() / width;
     const int device = x.get_device();
     at::Tensor grad_x = at::empty_like(x), grad_weight = at::empty_like(weight), grad_bias = at::empty_like(weight);
     at::Tensor workspace =
-        at::empty({kernels::layer_norm_backward_workspace(half_type(type), rows, width, device)}, x.options());
-    kernels::layer_norm_backward(half_type(type), grad_y.data_ptr(), x.data_ptr<float>(),
+        at::empty({kernels::layer_norm_backward_workspace(half_type(bf16), rows, width, device)}, x.options());
+    kernels::layer_norm_backward(half_type(bf16), grad_y.data_ptr(), x.data_ptr<float>(),
                                  saved[2].data_ptr<float>(), saved[3].data_ptr<float>(), weight.data_ptr<float>(), rows,
                                  width, grad_x.data_ptr<float>(), grad_weight.data_ptr<float>(),
                                  grad_bias.data_ptr<float>(), workspace.data_ptr<float>(), device,

@@ -25,6 +25,12 @@ namespace {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
+// Whether step() runs the fused kernel: where the build has it, on CUDA parameters, or everywhere
+// when asked (`fused`: tests compare the kernels on the CPU).
+bool runs_fused(bool fused, const at::Tensor& params) {
+  return fused_optimizers_built() && (fused || params.is_cuda());
+}
+
 // Steps taken (for AdamW's bias correction and the checkpoint). On the host, unless updates are
 // skipped on the device (step_unless): then the count is a float scalar on the device too, as
 // PyTorch keeps it for its fused kernels, and the host reads it only when asked (a checkpoint).
@@ -78,9 +84,7 @@ class AdamW final : public Optimizer {
   int64_t steps() const override { return steps_.value(); }
   void set_steps(int64_t steps) override { steps_.set(steps); }
 
-  bool divides_gradients(const at::Tensor& params) const override {
-    return fused_optimizers_built() && (fused_ || params.is_cuda());
-  }
+  bool divides_gradients(const at::Tensor& params) const override { return runs_fused(fused_, params); }
 
   void step(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& grad_divisor) override {
     allocate_state(params);
@@ -146,9 +150,7 @@ class Sgd final : public Optimizer {
   int64_t steps() const override { return steps_.value(); }
   void set_steps(int64_t steps) override { steps_.set(steps); }
 
-  bool divides_gradients(const at::Tensor& params) const override {
-    return fused_optimizers_built() && (fused_ || params.is_cuda());
-  }
+  bool divides_gradients(const at::Tensor& params) const override { return runs_fused(fused_, params); }
 
   void step(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& grad_divisor) override {
     allocate_state(params);
