@@ -261,6 +261,12 @@ int inspect_command(int argc, char** argv) {
     const std::string file = vm["file"].as<std::string>();
     if (!checkpoint::is_checkpoint(file)) {
       std::cout << data::describe_hdf5(file);
+      int checksummed = 0;
+      const std::string problem = data::find_damaged_dataset(file, 0, 1, &checksummed);
+      std::cout << (!problem.empty()      ? "checksums: FAILED: " + problem + "\n"
+                    : checksummed == 0    ? std::string("checksums: none recorded (not written by trident prepare-data)\n")
+                                          : fmt::format("checksums: every block of {} datasets verified\n", checksummed));
+      if (!problem.empty()) throw BadInput("inspect: " + problem);
       return 0;
     }
     std::string problem;

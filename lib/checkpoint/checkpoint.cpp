@@ -153,26 +153,6 @@ std::vector<std::string> step_files_in(const std::string& dir) {
   return names;
 }
 
-// Every dataset of the file that holds tensor data.
-void collect_datasets(hid_t file, std::vector<std::string>& out) {
-  auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
-    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
-    return 0;
-  };
-  HDF5_CHECK(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, &out, H5O_INFO_BASIC));
-}
-
-// (begin, end, crc) blocks recorded on a dataset; false if the attribute is missing.
-bool read_blocks(hid_t dataset, std::vector<int64_t>& blocks) {
-  if (H5Aexists(dataset, "crc32_blocks") <= 0) return false;
-  Hid attr(HDF5_CHECK(H5Aopen(dataset, "crc32_blocks", H5P_DEFAULT)));
-  Hid space(HDF5_CHECK(H5Aget_space(attr)));
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
-  blocks.resize(static_cast<size_t>(n));
-  if (n > 0) HDF5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, blocks.data()));
-  return true;
-}
-
 // Tensors are float32; the RNG states (/rng/cpu) are bytes.
 hid_t memory_type(at::ScalarType type) { return type == at::kByte ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT; }
 hid_t file_type(at::ScalarType type) { return type == at::kByte ? H5T_STD_U8LE : H5T_IEEE_F32LE; }
@@ -196,7 +176,8 @@ void read_elements_into(hid_t dataset, int64_t lo, int64_t hi, const at::Tensor&
 void read_checked_into(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi,
                        const at::Tensor& out) {
   std::vector<int64_t> blocks;
-  if (!read_blocks(dataset, blocks)) fatal_all(fmt::format("checkpoint {}: tensor {} has no checksums", path, name));
+  if (!hdf5::read_crc32_blocks(dataset, blocks))
+    fatal_all(fmt::format("checkpoint {}: tensor {} has no checksums", path, name));
   int64_t covered = 0;
   for (size_t b = 0; b + 2 < blocks.size(); b += 3) {
     const int64_t begin = blocks[b], end = blocks[b + 1];
@@ -508,13 +489,7 @@ std::string add_attributes(const Layout& layout, const std::vector<int64_t>& all
   bool ok = true;
   for (size_t d = 0; d < layout.names.size() && ok; ++d) {
     Hid dataset(H5Dopen2(file, layout.names[d].c_str(), H5P_DEFAULT));
-    const hsize_t n = std::max<size_t>(blocks[d].size(), 1);
-    if (blocks[d].empty()) blocks[d] = {0};  // an empty tensor: one padding value, no blocks
-    Hid space(H5Screate_simple(1, &n, nullptr));
-    Hid attr(dataset.valid() && space.valid()
-                 ? H5Acreate2(dataset, "crc32_blocks", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)
-                 : H5I_INVALID_HID);
-    ok = attr.valid() && H5Awrite(attr, H5T_NATIVE_INT64, blocks[d].data()) >= 0;
+    ok = dataset.valid() && hdf5::write_crc32_blocks(dataset, blocks[d]);  // an empty tensor: no blocks
   }
   if (ok) {
     const std::string text = meta_text(meta);
@@ -799,15 +774,14 @@ std::string verify(const std::string& path, int part, int parts) {
   try {
     Reader reader(path);
     std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
-    std::vector<std::string> datasets;
     Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    collect_datasets(file, datasets);
     int64_t index = 0;  // of the block across the file: blocks are dealt out to the parts in turn
-    for (const auto& name : datasets) {
+    for (const auto& name : hdf5::dataset_names(file)) {
       Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
       if (!dataset.valid()) return fmt::format("checkpoint {}: tensor {} cannot be opened", path, name);
       std::vector<int64_t> blocks;
-      if (!read_blocks(dataset, blocks)) return fmt::format("checkpoint {}: tensor {} has no checksums", path, name);
+      if (!hdf5::read_crc32_blocks(dataset, blocks))
+        return fmt::format("checkpoint {}: tensor {} has no checksums", path, name);
       for (size_t b = 0; b + 2 < blocks.size(); b += 3)
         if (index++ % parts == part) read_checked(dataset, path, name, blocks[b], blocks[b + 1]);  // throws if bad
     }

@@ -31,7 +31,9 @@
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \
     "HDF5 dataset with groups /train and /test holding inputs and labels (or tokens, for gpt)")                      \
   X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread; 0 = read inline") \
-  X(data, check_finite, bool, false, "scan the float inputs for NaN/Inf when opening the dataset")
+  X(data, check_finite, bool, false, "scan the float inputs for NaN/Inf when opening the dataset") \
+  X(data, verify_checksums, bool, true,                                                         \
+    "check the dataset's CRC-32 blocks (prepare-data writes them) when opening it, each rank its share; false = skip")
 
 #define TRIDENT_DECK_MODEL(X)                                                                   \
   X(model, kind, std::string, "cnn", "model from the registry: mlp | cnn | gpt (gpt trains on a token dataset)") \

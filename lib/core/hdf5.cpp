@@ -1,6 +1,11 @@
 #include "core/hdf5.hpp"
 
 #include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -70,6 +75,16 @@ std::vector<hsize_t> dataset_shape(hid_t dataset) {
   return dims;
 }
 
+std::vector<std::string> dataset_names(hid_t file) {
+  std::vector<std::string> names;
+  auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
+    return 0;
+  };
+  HDF5_CHECK(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, &names, H5O_INFO_BASIC));
+  return names;
+}
+
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value) {
   if (H5Aexists(object, name.c_str()) > 0) HDF5_CHECK(H5Adelete(object, name.c_str()));
   Hid type(HDF5_CHECK(H5Tcopy(H5T_C_S1)));
@@ -106,6 +121,117 @@ std::string type_name(hid_t type) {
     case H5T_STRING: return "string";
     default: return "other";
   }
+}
+
+// ---- CRC-32 checksums of a dataset's rows ----------------------------------------------------
+
+namespace {
+
+constexpr hsize_t kBlockBytes = hsize_t{1} << 20;  // a checksummed block: about 1 MiB of rows
+constexpr hsize_t kMaxBlocks = 2048;               // 3 x 8 bytes each: the attribute stays < 64 KiB
+constexpr hsize_t kReadBytes = hsize_t{8} << 20;   // rows read at a time while checksumming
+
+// Bytes of one row (a slice along the first axis) as stored.
+hsize_t row_bytes(hid_t dataset, const std::vector<hsize_t>& dims) {
+  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
+  hsize_t bytes = H5Tget_size(type);
+  for (size_t d = 1; d < dims.size(); ++d) bytes *= dims[d];
+  return std::max<hsize_t>(bytes, 1);
+}
+
+// CRC-32 of rows [begin, end) as the file stores them: read in the file's own type, so HDF5
+// converts nothing, a few MiB at a time.
+uint32_t stored_crc32(hid_t dataset, hsize_t begin, hsize_t end) {
+  const auto dims = dataset_shape(dataset);
+  const hsize_t row = row_bytes(dataset, dims), rows_per_read = std::max<hsize_t>(1, kReadBytes / row);
+  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
+  Hid file_space(HDF5_CHECK(H5Dget_space(dataset)));
+  std::vector<unsigned char> buffer;
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (hsize_t first = begin; first < end; first += rows_per_read) {
+    std::vector<hsize_t> start(dims.size(), 0), count(dims);
+    start[0] = first;
+    count[0] = std::min(end - first, rows_per_read);
+    HDF5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
+    Hid memory(HDF5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)));
+    buffer.resize(count[0] * row);
+    HDF5_CHECK(H5Dread(dataset, type, memory, file_space, H5P_DEFAULT, buffer.data()));
+    crc = crc32_z(crc, buffer.data(), buffer.size());
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+}  // namespace
+
+bool read_crc32_blocks(hid_t dataset, std::vector<int64_t>& blocks) {
+  if (H5Aexists(dataset, "crc32_blocks") <= 0) return false;
+  // No HDF5_CHECK: an attribute of that name another tool wrote as, say, a string is a damaged
+  // record (bad input), not a fault of this rank.
+  Hid attr(H5Aopen(dataset, "crc32_blocks", H5P_DEFAULT));
+  Hid space(attr.valid() ? H5Aget_space(attr) : H5I_INVALID_HID);
+  const hssize_t n = space.valid() ? H5Sget_simple_extent_npoints(space) : -1;
+  if (n < 0) return false;
+  std::vector<int64_t> values(static_cast<size_t>(n));
+  if (n > 0 && H5Aread(attr, H5T_NATIVE_INT64, values.data()) < 0) return false;
+  blocks = std::move(values);
+  return true;
+}
+
+bool write_crc32_blocks(hid_t dataset, const std::vector<int64_t>& blocks) {
+  const std::vector<int64_t> stored = blocks.empty() ? std::vector<int64_t>{0} : blocks;
+  const hsize_t n = stored.size();
+  Hid space(H5Screate_simple(1, &n, nullptr));
+  Hid attr(space.valid() ? H5Acreate2(dataset, "crc32_blocks", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)
+                         : H5I_INVALID_HID);
+  return attr.valid() && H5Awrite(attr, H5T_NATIVE_INT64, stored.data()) >= 0;
+}
+
+void checksum_rows(hid_t dataset) {
+  const auto dims = dataset_shape(dataset);
+  if (dims.empty()) return;  // a scalar has no rows
+  const hsize_t rows = dims[0];
+  const hsize_t rows_per_block =
+      std::max({hsize_t{1}, kBlockBytes / row_bytes(dataset, dims), (rows + kMaxBlocks - 1) / kMaxBlocks});
+  std::vector<int64_t> blocks;
+  for (hsize_t begin = 0; begin < rows; begin += rows_per_block) {
+    const hsize_t end = std::min(rows, begin + rows_per_block);
+    blocks.insert(blocks.end(), {static_cast<int64_t>(begin), static_cast<int64_t>(end),
+                                 static_cast<int64_t>(stored_crc32(dataset, begin, end))});
+  }
+  if (!write_crc32_blocks(dataset, blocks)) fail_hdf5("H5Acreate2(crc32_blocks)", __FILE__, __LINE__);
+}
+
+std::string find_damaged_rows(hid_t dataset, int part, int parts) {
+  std::vector<int64_t> flat;
+  if (H5Aexists(dataset, "crc32_blocks") <= 0) return "";  // unchecked: not written by trident
+  if (!read_crc32_blocks(dataset, flat)) return "its crc32_blocks attribute cannot be read as integers";
+  const auto dims = dataset_shape(dataset);
+  const int64_t rows = dims.empty() ? 1 : static_cast<int64_t>(dims[0]);
+  if (flat.size() == 1 && rows == 0) return "";  // an empty dataset: one padding value
+  if (flat.size() % 3 != 0) return "its crc32_blocks attribute is not a list of (begin, end, crc) triples";
+  // The blocks must tile [0, rows) (every part checks; the list is small). Writers may list them
+  // in any order (a checkpoint's come rank by rank).
+  std::vector<std::array<int64_t, 3>> blocks;
+  for (size_t i = 0; i < flat.size(); i += 3) blocks.push_back({flat[i], flat[i + 1], flat[i + 2]});
+  std::sort(blocks.begin(), blocks.end());
+  int64_t covered = 0;
+  for (const auto& [begin, end, crc] : blocks) {
+    if (begin != covered || end <= begin || end > rows)
+      return fmt::format("its crc32_blocks attribute does not tile rows [0, {}): block [{}, {}) after row {}", rows,
+                         begin, end, covered);
+    covered = end;
+  }
+  if (covered != rows)
+    return fmt::format("its crc32_blocks attribute does not cover rows [{}, {})", covered, rows);
+  const size_t first = blocks.size() * static_cast<size_t>(part) / static_cast<size_t>(parts);
+  const size_t last = blocks.size() * static_cast<size_t>(part + 1) / static_cast<size_t>(parts);
+  for (size_t b = first; b < last; ++b) {
+    const auto& [begin, end, crc] = blocks[b];
+    if (stored_crc32(dataset, static_cast<hsize_t>(begin), static_cast<hsize_t>(end)) != static_cast<uint32_t>(crc))
+      return fmt::format("rows [{}, {}) differ from their CRC-32 (attribute crc32_blocks): the file is damaged", begin,
+                         end);
+  }
+  return "";
 }
 
 }  // namespace trident::hdf5

@@ -3,6 +3,7 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -50,6 +51,7 @@ Hid groups_without_times();   // group creation without creation/modification ti
 bool is_hdf5_file(const std::string& path);
 bool link_exists(hid_t loc, const std::string& path);  // every component of a/b/c
 std::vector<hsize_t> dataset_shape(hid_t dataset);
+std::vector<std::string> dataset_names(hid_t file);  // every dataset's path ("/train/inputs"), in name order
 
 // A string attribute on an object (created or replaced).
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value);
@@ -58,5 +60,25 @@ void write_int_attribute(hid_t object, const std::string& name, long long value)
 
 // Text describing an HDF5 type: uint8, int64, float32, ...
 std::string type_name(hid_t type);
+
+// ---- CRC-32 checksums of a dataset's rows ----------------------------------------------------
+// The attribute "crc32_blocks" on a dataset lists (begin, end, crc) for blocks of rows (slices
+// along the first axis), each crc the CRC-32 of those rows' bytes as the file stores them. The
+// blocks tile [0, rows). Checkpoint tensors (one block per writer's piece) and the datasets
+// prepare-data writes (blocks of about 1 MiB) carry it, so a flipped byte is found, not trained on.
+
+// The flat (begin, end, crc) list; false (and `blocks` untouched) when the attribute is absent or
+// cannot be read as integers.
+bool read_crc32_blocks(hid_t dataset, std::vector<int64_t>& blocks);
+// Creates the attribute from a flat (begin, end, crc) list; false on failure (HDF5's error stack
+// says why). An empty list is stored as one padding value.
+bool write_crc32_blocks(hid_t dataset, const std::vector<int64_t>& blocks);
+// Checksums the dataset as stored, in blocks of about 1 MiB of whole rows (at most 2048 blocks,
+// so the attribute stays under HDF5's 64 KiB limit), and writes the attribute.
+void checksum_rows(hid_t dataset);
+// Part `part` of `parts` of the dataset's blocks, each read as stored and compared with its
+// checksum: "" when they match or the dataset has no checksums, else what is wrong ("rows [a, b)
+// differ from their CRC-32 ...: the file is damaged", or a list that does not tile the rows).
+std::string find_damaged_rows(hid_t dataset, int part = 0, int parts = 1);
 
 }  // namespace trident::hdf5

@@ -59,9 +59,13 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
   std::vector<int64_t> all(static_cast<size_t>(size_));
   HDF5_CHECK(H5Dread(labels_, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));
   const auto outside = std::find_if(all.begin(), all.end(), [&](int64_t l) { return l < 0 || l >= classes_; });
-  if (outside != all.end())
+  if (outside != all.end()) {
+    // A label byte changed on disk is named as the damage it is, not as a wrong label.
+    if (const std::string damage = hdf5::find_damaged_rows(labels_); !damage.empty())
+      fatal_all(damaged("labels", damage));
     bad(fmt::format("/{}/labels: label {} of sample {} is outside [0, {}) (attribute 'classes')", split, *outside,
                     outside - all.begin(), classes_));
+  }
 }
 
 void SplitReader::open_tokens() {
@@ -121,6 +125,21 @@ std::string SplitReader::find_bad_values(int64_t begin, int64_t end) {
                          first + bad_rows[0][0].item<int64_t>());
   }
   return "";
+}
+
+std::string SplitReader::find_damaged_rows(int part, int parts) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  for (const auto& [dataset, name] : {std::pair<hid_t, const char*>{inputs_, "inputs"}, {labels_, "labels"},
+                                      {tokens_, "tokens"}}) {
+    if (dataset < 0) continue;  // not of this kind of dataset
+    const std::string problem = hdf5::find_damaged_rows(dataset, part, parts);
+    if (!problem.empty()) return damaged(name, problem);
+  }
+  return "";
+}
+
+std::string SplitReader::damaged(const char* dataset, const std::string& problem) const {
+  return fmt::format("data.path {}: /{}/{}: {}; make it again (trident prepare-data)", path_, split_, dataset, problem);
 }
 
 at::Tensor SplitReader::read_windows(const std::vector<int64_t>& indices) {

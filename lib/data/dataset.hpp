@@ -11,7 +11,7 @@
 //   next token at each position), both int64 [n, T]; (tokens - 1) / T samples.
 // Reads only the rows asked for, through HDF5 hyperslab selections. Opening checks the layout,
 // the types and that every label is in [0, classes); token ranges are checked by
-// find_bad_values (each rank its share).
+// find_bad_values and the checksums by find_damaged_rows (each rank its share).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -43,10 +43,15 @@ class SplitReader {
   // The first sample in [begin, end) whose inputs hold NaN or Inf, or (tokens) a token outside
   // [0, vocab), as a message; "" if none.
   std::string find_bad_values(int64_t begin, int64_t end);
+  // Part `part` of `parts` of this split's checksummed blocks (prepare-data writes them; see
+  // hdf5::find_damaged_rows) read and compared, as a message naming the dataset and its rows; ""
+  // when they match or the file has no checksums.
+  std::string find_damaged_rows(int part, int parts);
 
  private:
   std::string path_, split_;
   void open_tokens();
+  std::string damaged(const char* dataset, const std::string& problem) const;  // the message of find_damaged_rows
   long long read_count_attribute(const char* name);  // 'classes' or 'vocab', >= 2
   at::Tensor read_windows(const std::vector<int64_t>& indices);  // int64 [n, seq_len + 1]
   void read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);

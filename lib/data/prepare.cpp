@@ -73,6 +73,7 @@ void write_dataset(hid_t file, const std::string& name, const std::vector<hsize_
   hdf5::Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
   hdf5::Hid dataset(HDF5_CHECK(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   HDF5_CHECK(H5Dwrite(dataset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  hdf5::checksum_rows(dataset);  // of the bytes as stored: training finds a damaged block
 }
 
 // Creates OUT.tmp with /train and /test, lets `fill` write, then renames over OUT, so a failed
@@ -265,7 +266,11 @@ std::string attributes_of(hid_t object) {
     H5Aget_name(attr, sizeof(name), name);
     hdf5::Hid type(H5Aget_type(attr));
     std::string value;
-    if (H5Tget_class(type) == H5T_STRING) {
+    std::vector<int64_t> blocks;
+    if (std::string(name) == "crc32_blocks" && hdf5::read_crc32_blocks(object, blocks)) {
+      const size_t count = blocks.size() / 3;  // a summary: thousands of numbers otherwise
+      value = fmt::format("CRC-32 of {} block{} of rows", count, count == 1 ? "" : "s");
+    } else if (H5Tget_class(type) == H5T_STRING) {
       value = "\"" + hdf5::read_string_attribute(object, name) + "\"";
     } else if (H5Tget_class(type) == H5T_INTEGER || H5Tget_class(type) == H5T_FLOAT) {
       // Scalars and arrays alike: read every element (an array into a scalar would overflow).
@@ -311,6 +316,21 @@ std::string describe_hdf5(const std::string& path) {
   std::string out = fmt::format("{}\n", path);
   HDF5_CHECK(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit_object, &out, H5O_INFO_BASIC));
   return out;
+}
+
+std::string find_damaged_dataset(const std::string& path, int part, int parts, int* checksummed) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+  hdf5::quiet();
+  hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) return fmt::format("{}: HDF5 cannot open it", path);
+  if (checksummed) *checksummed = 0;
+  for (const auto& name : hdf5::dataset_names(file)) {
+    hdf5::Hid dataset(HDF5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
+    if (checksummed && H5Aexists(dataset, "crc32_blocks") > 0) ++*checksummed;
+    const std::string problem = hdf5::find_damaged_rows(dataset, part, parts);
+    if (!problem.empty()) return fmt::format("{}: {}: {}", path, name, problem);
+  }
+  return "";
 }
 
 }  // namespace trident::data

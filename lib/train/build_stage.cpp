@@ -33,6 +33,12 @@ void open_dataset(const config::Deck& deck, const Connection& conn, StageParts& 
                           deck.data.path, st.train_split->size(), needed);
     else if (st.test_split->sample_shape() != st.train_split->sample_shape())
       error = fmt::format("data.path {}: /test samples differ in shape from /train samples", deck.data.path);
+    // Each rank reads its share of both splits' checksummed blocks: a damaged byte in an image
+    // trains silently otherwise.
+    for (auto* split : {st.train_split.get(), st.test_split.get()}) {
+      if (!error.empty() || !deck.data.verify_checksums) break;
+      error = split->find_damaged_rows(conn.world.rank, conn.world.size);
+    }
     // Each rank scans its share of both splits: tokens always (an id >= vocab would index past
     // the embedding), float inputs when asked.
     for (auto* split : {st.train_split.get(), st.test_split.get()}) {

@@ -1,6 +1,8 @@
 // Makes the damaged inputs the bad-input tests feed to trident (tests/cli):
 //   trident_make_bad_inputs datasets DIR        small HDF5 datasets, each wrong in one way (and
 //                                               good ones to pair with a wrong deck)
+//   trident_make_bad_inputs flip-byte FILE DATASET BYTE
+//                                               inverts one byte of a dataset's data in place
 //   trident_make_bad_inputs format-version CKPT N
 //                                               rewrites a checkpoint's format version (with a
 //                                               matching metadata checksum, so only the version
@@ -94,6 +96,45 @@ void make_tokens(const std::string& dir, const std::string& name, hsize_t n, int
   }
 }
 
+// A uint8 image dataset (256 samples of 1 x 28 x 28, 4 classes) with the crc32_blocks attribute
+// prepare-data writes, computed here with zlib over blocks of 64 rows; then byte 5 of row 200 of
+// /train/inputs changes, so that rows [192, 256) no longer match (a block in the second half: at
+// np 2, rank 1's share).
+void make_damaged_bytes(const std::string& dir) {
+  const std::string path = dir + "/damaged_bytes.h5";
+  Hid file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  check(file.valid(), "H5Fcreate " + path);
+  trident::hdf5::write_int_attribute(file, "classes", 4);
+  constexpr hsize_t n = 256, row = 28 * 28, block = 64;
+  for (const char* split : {"train", "test"}) {
+    Hid group(H5Gcreate2(file, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    std::vector<uint8_t> pixels(n * row);
+    std::vector<int64_t> labels(n);
+    for (hsize_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<int64_t>(i % 4);
+      for (hsize_t j = 0; j < row; ++j) pixels[i * row + j] = static_cast<uint8_t>((i * 31 + j) % 251);
+    }
+    auto blocks_of = [&](const void* data, hsize_t row_bytes) {
+      std::vector<int64_t> blocks;
+      for (hsize_t b = 0; b < n; b += block)
+        blocks.insert(blocks.end(), {static_cast<int64_t>(b), static_cast<int64_t>(b + block),
+                                     static_cast<int64_t>(crc32(0L, static_cast<const Bytef*>(data) + b * row_bytes,
+                                                                static_cast<uInt>(block * row_bytes)))});
+      return blocks;
+    };
+    const std::vector<int64_t> pixel_blocks = blocks_of(pixels.data(), row);
+    const std::vector<int64_t> label_blocks = blocks_of(labels.data(), sizeof(int64_t));
+    if (std::string(split) == "train") pixels[200 * row + 5] ^= 0x40;
+    const std::string g = std::string("/") + split;
+    write(file, g + "/inputs", {n, 1, 28, 28}, H5T_NATIVE_UINT8, pixels.data());
+    write(file, g + "/labels", {n}, H5T_NATIVE_INT64, labels.data());
+    for (const auto& [name, blocks] : {std::pair{g + "/inputs", pixel_blocks}, std::pair{g + "/labels", label_blocks}}) {
+      Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+      check(trident::hdf5::write_crc32_blocks(dataset, blocks), "crc32_blocks of " + name);
+    }
+  }
+}
+
 void set_format_version(const std::string& path, const std::string& version) {
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
   check(file.valid(), "H5Fopen " + path);
@@ -106,6 +147,27 @@ void set_format_version(const std::string& path, const std::string& version) {
   trident::hdf5::write_int_attribute(
       file, "meta_crc32",
       static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(meta.data()), static_cast<uInt>(meta.size()))));
+}
+
+// Inverts one byte of a contiguous dataset, `byte` bytes into its data, behind HDF5's back (its
+// checksums, if any, are left as they were).
+void flip_byte(const std::string& path, const std::string& name, long long byte) {
+  haddr_t offset = HADDR_UNDEF;
+  {
+    Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    check(file.valid(), "H5Fopen " + path);
+    Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+    check(dataset.valid(), "H5Dopen2 " + name);
+    offset = H5Dget_offset(dataset);
+  }
+  check(offset != HADDR_UNDEF, "H5Dget_offset " + name + " (not contiguous?)");
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  check(f != nullptr, "opening " + path);
+  const long at = static_cast<long>(offset) + static_cast<long>(byte);
+  check(std::fseek(f, at, SEEK_SET) == 0, "seeking in " + path);
+  const int old = std::fgetc(f);
+  check(old != EOF && std::fseek(f, at, SEEK_SET) == 0 && std::fputc(old ^ 0xFF, f) != EOF, "changing a byte of " + path);
+  check(std::fclose(f) == 0, "closing " + path);
 }
 
 }  // namespace
@@ -124,12 +186,17 @@ int main(int argc, char** argv) {
     make_dataset(dir, {"small_images", 256, true, false, false, -1, -1, 3});
     make_tokens(dir, "tokens", 8192, -1);
     make_tokens(dir, "token_out_of_range", 8192, 1234);
+    make_damaged_bytes(dir);
+    return 0;
+  }
+  if (mode == "flip-byte" && argc == 5) {
+    flip_byte(argv[2], argv[3], std::atoll(argv[4]));
     return 0;
   }
   if (mode == "format-version" && argc == 4) {
     set_format_version(argv[2], argv[3]);
     return 0;
   }
-  std::fprintf(stderr, "usage: %s datasets DIR | format-version CHECKPOINT N\n", argv[0]);
+  std::fprintf(stderr, "usage: %s datasets DIR | format-version CHECKPOINT N | flip-byte FILE DATASET BYTE\n", argv[0]);
   return 2;
 }

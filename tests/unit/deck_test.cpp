@@ -37,6 +37,7 @@ TEST(Deck, KeysArePinnedAndEachHasHelp) {
   const std::vector<std::string> expected{
       "run.name", "run.output_dir", "run.seed", "run.epochs", "run.max_steps", "run.log_every", "run.device",
       "run.threads", "run.fail_timeout_s", "run.check_memory", "run.peak_tflops", "data.path", "data.prefetch", "data.check_finite",
+      "data.verify_checksums",
       "model.kind", "model.hidden", "model.layers", "model.heads", "model.d_model", "model.seq_len", "model.vocab",
       "parallel.dp", "parallel.pp",
       "parallel.boundaries", "parallel.balance", "parallel.zero", "parallel.schedule", "parallel.virtual_stages", "parallel.backend", "parallel.bucket_mb", "optim.name", "optim.lr",
