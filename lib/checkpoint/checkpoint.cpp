@@ -813,7 +813,7 @@ std::string describe(const std::string& path, std::string& problem) {
   std::string out;
   try {
     out = data::describe_hdf5(path);
-  } catch (const Fault&) {  // damaged structure: verify() already says what is wrong
+  } catch (const std::runtime_error&) {  // damaged structure (BadInput, Fault): verify() already says what is wrong
     out = path + "\n(its objects cannot be listed)\n";
   }
   out += problem.empty() ? "checksums: every block verified\n" : "checksums: FAILED: " + problem + "\n";

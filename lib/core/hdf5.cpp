@@ -75,13 +75,25 @@ std::vector<hsize_t> dataset_shape(hid_t dataset) {
   return dims;
 }
 
-std::vector<std::string> dataset_names(hid_t file) {
-  std::vector<std::string> names;
+bool list_objects(hid_t file, std::vector<Object>& objects) {
+  // The callback only records (no HDF5 call, nothing that throws through HDF5's C frames): what
+  // callers do with each object happens after the walk.
   auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
-    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
+    if (info->type != H5O_TYPE_GROUP && info->type != H5O_TYPE_DATASET) return 0;
+    const std::string path = std::string(name) == "." ? "/" : "/" + std::string(name);
+    static_cast<std::vector<Object>*>(data)->push_back({path, info->type == H5O_TYPE_GROUP});
     return 0;
   };
-  HDF5_CHECK(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, &names, H5O_INFO_BASIC));
+  objects.clear();
+  return H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, &objects, H5O_INFO_BASIC) >= 0;
+}
+
+std::vector<std::string> dataset_names(hid_t file) {
+  std::vector<Object> objects;
+  if (!list_objects(file, objects)) fail_hdf5("H5Ovisit2", __FILE__, __LINE__);
+  std::vector<std::string> names;
+  for (const auto& object : objects)
+    if (!object.is_group) names.push_back(object.path);
   return names;
 }
 

@@ -51,7 +51,14 @@ Hid groups_without_times();   // group creation without creation/modification ti
 bool is_hdf5_file(const std::string& path);
 bool link_exists(hid_t loc, const std::string& path);  // every component of a/b/c
 std::vector<hsize_t> dataset_shape(hid_t dataset);
-std::vector<std::string> dataset_names(hid_t file);  // every dataset's path ("/train/inputs"), in name order
+// Every group and dataset: "/" (the root), then "/train", "/train/inputs", ... in name order; false
+// when HDF5 cannot walk the file (a damaged object header; its error stack says why).
+struct Object {
+  std::string path;
+  bool is_group;
+};
+bool list_objects(hid_t file, std::vector<Object>& objects);
+std::vector<std::string> dataset_names(hid_t file);  // the datasets' paths of list_objects (a Fault if it fails)
 
 // A string attribute on an object (created or replaced).
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value);

@@ -287,21 +287,17 @@ std::string attributes_of(hid_t object) {
   return out;
 }
 
-herr_t visit_object(hid_t root, const char* name, const H5O_info_t* info, void* data) {
-  auto* out = static_cast<std::string*>(data);
-  if (info->type == H5O_TYPE_GROUP) {
-    hdf5::Hid group(H5Gopen2(root, name, H5P_DEFAULT));
-    *out += fmt::format("/{}{}\n", std::string(name) == "." ? "" : name, std::string(name) == "." ? "" : "/");
-    *out += attributes_of(group);
-  } else if (info->type == H5O_TYPE_DATASET) {
-    hdf5::Hid dataset(H5Dopen2(root, name, H5P_DEFAULT));
-    hdf5::Hid type(H5Dget_type(dataset));
-    std::string shape;
-    for (auto d : hdf5::dataset_shape(dataset)) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
-    *out += fmt::format("/{}  {}  [{}]\n", name, hdf5::type_name(type), shape);
-    *out += attributes_of(dataset);
+// One group ("/train/") or dataset ("/train/inputs  uint8  [60000 x 1 x 28 x 28]") and its attributes.
+std::string describe_object(hid_t file, const hdf5::Object& object) {
+  if (object.is_group) {
+    hdf5::Hid group(HDF5_CHECK(H5Gopen2(file, object.path.c_str(), H5P_DEFAULT)));
+    return (object.path == "/" ? "/" : object.path + "/") + "\n" + attributes_of(group);
   }
-  return 0;
+  hdf5::Hid dataset(HDF5_CHECK(H5Dopen2(file, object.path.c_str(), H5P_DEFAULT)));
+  hdf5::Hid type(HDF5_CHECK(H5Dget_type(dataset)));
+  std::string shape;
+  for (auto d : hdf5::dataset_shape(dataset)) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+  return fmt::format("{}  {}  [{}]\n", object.path, hdf5::type_name(type), shape) + attributes_of(dataset);
 }
 
 }  // namespace
@@ -313,8 +309,18 @@ std::string describe_hdf5(const std::string& path) {
   if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("inspect: {}: not an HDF5 file", path));
   hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) fatal_all(fmt::format("inspect: {}: HDF5 cannot open it", path));
+  // A damaged file is bad input named as such (exit 2), not a fault of the process.
+  std::vector<hdf5::Object> objects;
+  if (!hdf5::list_objects(file, objects))
+    fatal_all(fmt::format("inspect: {}: HDF5 cannot list its objects, the file is damaged ({})", path, hdf5_error_text()));
   std::string out = fmt::format("{}\n", path);
-  HDF5_CHECK(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit_object, &out, H5O_INFO_BASIC));
+  for (const auto& object : objects) {
+    try {
+      out += describe_object(file, object);
+    } catch (const Fault& e) {
+      fatal_all(fmt::format("inspect: {}: {} cannot be read, the file is damaged ({})", path, object.path, e.what()));
+    }
+  }
   return out;
 }
 
@@ -324,11 +330,18 @@ std::string find_damaged_dataset(const std::string& path, int part, int parts, i
   hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) return fmt::format("{}: HDF5 cannot open it", path);
   if (checksummed) *checksummed = 0;
-  for (const auto& name : hdf5::dataset_names(file)) {
-    hdf5::Hid dataset(HDF5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
-    if (checksummed && H5Aexists(dataset, "crc32_blocks") > 0) ++*checksummed;
-    const std::string problem = hdf5::find_damaged_rows(dataset, part, parts);
-    if (!problem.empty()) return fmt::format("{}: {}: {}", path, name, problem);
+  std::vector<hdf5::Object> objects;
+  if (!hdf5::list_objects(file, objects)) return fmt::format("{}: HDF5 cannot list its objects, the file is damaged", path);
+  for (const auto& object : objects) {
+    if (object.is_group) continue;
+    try {
+      hdf5::Hid dataset(HDF5_CHECK(H5Dopen2(file, object.path.c_str(), H5P_DEFAULT)));
+      if (checksummed && H5Aexists(dataset, "crc32_blocks") > 0) ++*checksummed;
+      const std::string problem = hdf5::find_damaged_rows(dataset, part, parts);
+      if (!problem.empty()) return fmt::format("{}: {}: {}", path, object.path, problem);
+    } catch (const Fault& e) {  // a read HDF5 refuses: damage too, not a fault of this process
+      return fmt::format("{}: {} cannot be read, the file is damaged ({})", path, object.path, e.what());
+    }
   }
   return "";
 }
