@@ -5,9 +5,11 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/malloc_tuning.hpp"
 
 int main(int argc, char** argv) {
   using namespace trident::app;
+  trident::keep_freed_memory_in_process();
   const std::string command = argc > 1 ? argv[1] : "--help";
   // Each subcommand sees argv from its own name on: `train DECK --set ...`.
   if (command == "train") return train_command(argc - 1, argv + 1);

@@ -17,6 +17,7 @@
 #include "parallel/element_partition.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/malloc_tuning.hpp"
 #include "core/timer.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
@@ -217,7 +218,8 @@ namespace {
 void log_layout(const Trainer::State& s) {
   const auto& deck = s.deck;
   const auto& topo = *s.conn.topology;
-  log::info("trident {} | LibTorch {} | {}", TRIDENT_VERSION, TORCH_VERSION, topo.grid().shape_text() + "; " + topo.grid().rank_map_text());
+  log::info("trident {} | LibTorch {} | {} | {}", TRIDENT_VERSION, TORCH_VERSION,
+            topo.grid().shape_text() + "; " + topo.grid().rank_map_text(), malloc_setting());
   std::string nodes;
   for (const auto& n : s.conn.world.node_names) nodes += (nodes.empty() ? "" : ",") + n;
   log::info("layout: world {} on {} node(s) [{}] | dp {} x pp {} | zero {} | backend {} | device {} | "
