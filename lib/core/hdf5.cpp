@@ -144,34 +144,41 @@ constexpr hsize_t kMaxBlocks = 2048;               // 3 x 8 bytes each: the attr
 constexpr hsize_t kReadBytes = hsize_t{8} << 20;   // rows read at a time while checksumming
 
 // Bytes of one row (a slice along the first axis) as stored.
-hsize_t row_bytes(hid_t dataset, const std::vector<hsize_t>& dims) {
-  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
+hsize_t row_bytes(hid_t type, const std::vector<hsize_t>& dims) {
   hsize_t bytes = H5Tget_size(type);
   for (size_t d = 1; d < dims.size(); ++d) bytes *= dims[d];
   return std::max<hsize_t>(bytes, 1);
 }
 
-// CRC-32 of rows [begin, end) as the file stores them: read in the file's own type, so HDF5
-// converts nothing, a few MiB at a time.
-uint32_t stored_crc32(hid_t dataset, hsize_t begin, hsize_t end) {
-  const auto dims = dataset_shape(dataset);
-  const hsize_t row = row_bytes(dataset, dims), rows_per_read = std::max<hsize_t>(1, kReadBytes / row);
-  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
-  Hid file_space(HDF5_CHECK(H5Dget_space(dataset)));
-  std::vector<unsigned char> buffer;
-  uLong crc = crc32_z(0L, Z_NULL, 0);
-  for (hsize_t first = begin; first < end; first += rows_per_read) {
-    std::vector<hsize_t> start(dims.size(), 0), count(dims);
-    start[0] = first;
-    count[0] = std::min(end - first, rows_per_read);
-    HDF5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
-    Hid memory(HDF5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)));
-    buffer.resize(count[0] * row);
-    HDF5_CHECK(H5Dread(dataset, type, memory, file_space, H5P_DEFAULT, buffer.data()));
-    crc = crc32_z(crc, buffer.data(), buffer.size());
+// A dataset's rows as stored: its shape, file type and row size, read once for all its blocks.
+struct StoredRows {
+  hid_t dataset;
+  std::vector<hsize_t> dims;
+  Hid type;
+  hsize_t row;
+  explicit StoredRows(hid_t d)
+      : dataset(d), dims(dataset_shape(d)), type(HDF5_CHECK(H5Dget_type(d))), row(row_bytes(type, dims)) {}
+
+  // CRC-32 of rows [begin, end): read in the file's own type, so HDF5 converts nothing, a few MiB
+  // at a time.
+  uint32_t crc32(hsize_t begin, hsize_t end) const {
+    const hsize_t rows_per_read = std::max<hsize_t>(1, kReadBytes / row);
+    Hid file_space(HDF5_CHECK(H5Dget_space(dataset)));
+    std::vector<unsigned char> buffer;
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    for (hsize_t first = begin; first < end; first += rows_per_read) {
+      std::vector<hsize_t> start(dims.size(), 0), count(dims);
+      start[0] = first;
+      count[0] = std::min(end - first, rows_per_read);
+      HDF5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
+      Hid memory(HDF5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)));
+      buffer.resize(count[0] * row);
+      HDF5_CHECK(H5Dread(dataset, type, memory, file_space, H5P_DEFAULT, buffer.data()));
+      crc = crc32_z(crc, buffer.data(), buffer.size());
+    }
+    return static_cast<uint32_t>(crc);
   }
-  return static_cast<uint32_t>(crc);
-}
+};
 
 }  // namespace
 
@@ -199,16 +206,15 @@ bool write_crc32_blocks(hid_t dataset, const std::vector<int64_t>& blocks) {
 }
 
 void checksum_rows(hid_t dataset) {
-  const auto dims = dataset_shape(dataset);
-  if (dims.empty()) return;  // a scalar has no rows
-  const hsize_t rows = dims[0];
-  const hsize_t rows_per_block =
-      std::max({hsize_t{1}, kBlockBytes / row_bytes(dataset, dims), (rows + kMaxBlocks - 1) / kMaxBlocks});
+  const StoredRows stored(dataset);
+  if (stored.dims.empty()) return;  // a scalar has no rows
+  const hsize_t rows = stored.dims[0];
+  const hsize_t rows_per_block = std::max({hsize_t{1}, kBlockBytes / stored.row, (rows + kMaxBlocks - 1) / kMaxBlocks});
   std::vector<int64_t> blocks;
   for (hsize_t begin = 0; begin < rows; begin += rows_per_block) {
     const hsize_t end = std::min(rows, begin + rows_per_block);
     blocks.insert(blocks.end(), {static_cast<int64_t>(begin), static_cast<int64_t>(end),
-                                 static_cast<int64_t>(stored_crc32(dataset, begin, end))});
+                                 static_cast<int64_t>(stored.crc32(begin, end))});
   }
   if (!write_crc32_blocks(dataset, blocks)) fail_hdf5("H5Acreate2(crc32_blocks)", __FILE__, __LINE__);
 }
@@ -217,8 +223,8 @@ std::string find_damaged_rows(hid_t dataset, int part, int parts) {
   std::vector<int64_t> flat;
   if (H5Aexists(dataset, "crc32_blocks") <= 0) return "";  // unchecked: not written by trident
   if (!read_crc32_blocks(dataset, flat)) return "its crc32_blocks attribute cannot be read as integers";
-  const auto dims = dataset_shape(dataset);
-  const int64_t rows = dims.empty() ? 1 : static_cast<int64_t>(dims[0]);
+  const StoredRows stored(dataset);
+  const int64_t rows = stored.dims.empty() ? 1 : static_cast<int64_t>(stored.dims[0]);
   if (flat.size() == 1 && rows == 0) return "";  // an empty dataset: one padding value
   if (flat.size() % 3 != 0) return "its crc32_blocks attribute is not a list of (begin, end, crc) triples";
   // The blocks must tile [0, rows) (every part checks; the list is small). Writers may list them
@@ -239,7 +245,7 @@ std::string find_damaged_rows(hid_t dataset, int part, int parts) {
   const size_t last = blocks.size() * static_cast<size_t>(part + 1) / static_cast<size_t>(parts);
   for (size_t b = first; b < last; ++b) {
     const auto& [begin, end, crc] = blocks[b];
-    if (stored_crc32(dataset, static_cast<hsize_t>(begin), static_cast<hsize_t>(end)) != static_cast<uint32_t>(crc))
+    if (stored.crc32(static_cast<hsize_t>(begin), static_cast<hsize_t>(end)) != static_cast<uint32_t>(crc))
       return fmt::format("rows [{}, {}) differ from their CRC-32 (attribute crc32_blocks): the file is damaged", begin,
                          end);
   }
