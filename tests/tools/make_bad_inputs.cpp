@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/hdf5.hpp"
+#include "flip_byte.hpp"
 
 namespace {
 
@@ -149,27 +150,6 @@ void set_format_version(const std::string& path, const std::string& version) {
       static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(meta.data()), static_cast<uInt>(meta.size()))));
 }
 
-// Inverts one byte of a contiguous dataset, `byte` bytes into its data, behind HDF5's back (its
-// checksums, if any, are left as they were).
-void flip_byte(const std::string& path, const std::string& name, long long byte) {
-  haddr_t offset = HADDR_UNDEF;
-  {
-    Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    check(file.valid(), "H5Fopen " + path);
-    Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
-    check(dataset.valid(), "H5Dopen2 " + name);
-    offset = H5Dget_offset(dataset);
-  }
-  check(offset != HADDR_UNDEF, "H5Dget_offset " + name + " (not contiguous?)");
-  std::FILE* f = std::fopen(path.c_str(), "r+b");
-  check(f != nullptr, "opening " + path);
-  const long at = static_cast<long>(offset) + static_cast<long>(byte);
-  check(std::fseek(f, at, SEEK_SET) == 0, "seeking in " + path);
-  const int old = std::fgetc(f);
-  check(old != EOF && std::fseek(f, at, SEEK_SET) == 0 && std::fputc(old ^ 0xFF, f) != EOF, "changing a byte of " + path);
-  check(std::fclose(f) == 0, "closing " + path);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,7 +170,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "flip-byte" && argc == 5) {
-    flip_byte(argv[2], argv[3], std::atoll(argv[4]));
+    const std::string error = trident::test::flip_byte(argv[2], argv[3], std::atoll(argv[4]));
+    if (!error.empty()) die(error);
     return 0;
   }
   if (mode == "format-version" && argc == 4) {

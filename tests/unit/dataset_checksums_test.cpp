@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "core/hdf5.hpp"
 #include "data/dataset.hpp"
 #include "data/prepare.hpp"
+#include "../tools/flip_byte.hpp"
 #include "scratch_folder.hpp"
 
 namespace trident {
@@ -27,22 +27,8 @@ std::vector<int64_t> blocks_of(const std::string& path, const std::string& name)
   return blocks;
 }
 
-// Flips every bit of one byte of a contiguous dataset, `byte` bytes into its data, behind HDF5's back.
 void flip_byte(const std::string& path, const std::string& name, long byte) {
-  haddr_t offset = HADDR_UNDEF;
-  {
-    hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    hdf5::Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
-    offset = H5Dget_offset(dataset);
-  }
-  ASSERT_NE(offset, HADDR_UNDEF);
-  std::FILE* f = std::fopen(path.c_str(), "r+b");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(std::fseek(f, static_cast<long>(offset) + byte, SEEK_SET), 0);
-  const int old = std::fgetc(f);
-  ASSERT_EQ(std::fseek(f, static_cast<long>(offset) + byte, SEEK_SET), 0);
-  std::fputc(old ^ 0xFF, f);
-  std::fclose(f);
+  ASSERT_EQ(test::flip_byte(path, name, byte), "");
 }
 
 TEST_F(DatasetChecksums, PrepareDataRecordsTheCrcOfEachMebibyteAsStored) {
