@@ -219,32 +219,36 @@ void checksum_rows(hid_t dataset) {
   if (!write_crc32_blocks(dataset, blocks)) fail_hdf5("H5Acreate2(crc32_blocks)", __FILE__, __LINE__);
 }
 
+std::string tile_crc32_blocks(const std::vector<int64_t>& flat, int64_t count, const char* unit,
+                              std::vector<Crc32Block>& sorted) {
+  sorted.clear();
+  if (flat.size() == 1 && count == 0) return "";  // nothing to cover: one padding value
+  if (flat.size() % 3 != 0) return "its crc32_blocks attribute is not a list of (begin, end, crc) triples";
+  for (size_t i = 0; i < flat.size(); i += 3) sorted.push_back({flat[i], flat[i + 1], flat[i + 2]});
+  std::sort(sorted.begin(), sorted.end(), [](const Crc32Block& a, const Crc32Block& b) { return a.begin < b.begin; });
+  int64_t covered = 0;
+  for (const auto& [begin, end, crc] : sorted) {
+    if (begin != covered || end <= begin || end > count)
+      return fmt::format("its crc32_blocks attribute does not tile {} [0, {}): block [{}, {}) follows [0, {})", unit,
+                         count, begin, end, covered);
+    covered = end;
+  }
+  if (covered != count) return fmt::format("its crc32_blocks attribute does not cover {} [{}, {})", unit, covered, count);
+  return "";
+}
+
 std::string find_damaged_rows(hid_t dataset, int part, int parts) {
   std::vector<int64_t> flat;
   if (H5Aexists(dataset, "crc32_blocks") <= 0) return "";  // unchecked: not written by trident
   if (!read_crc32_blocks(dataset, flat)) return "its crc32_blocks attribute cannot be read as integers";
   const StoredRows stored(dataset);
   const int64_t rows = stored.dims.empty() ? 1 : static_cast<int64_t>(stored.dims[0]);
-  if (flat.size() == 1 && rows == 0) return "";  // an empty dataset: one padding value
-  if (flat.size() % 3 != 0) return "its crc32_blocks attribute is not a list of (begin, end, crc) triples";
-  // The blocks must tile [0, rows) (every part checks; the list is small). Writers may list them
-  // in any order (a checkpoint's come rank by rank).
-  std::vector<std::array<int64_t, 3>> blocks;
-  for (size_t i = 0; i < flat.size(); i += 3) blocks.push_back({flat[i], flat[i + 1], flat[i + 2]});
-  std::sort(blocks.begin(), blocks.end());
-  int64_t covered = 0;
-  for (const auto& [begin, end, crc] : blocks) {
-    if (begin != covered || end <= begin || end > rows)
-      return fmt::format("its crc32_blocks attribute does not tile rows [0, {}): block [{}, {}) after row {}", rows,
-                         begin, end, covered);
-    covered = end;
-  }
-  if (covered != rows)
-    return fmt::format("its crc32_blocks attribute does not cover rows [{}, {})", covered, rows);
+  std::vector<Crc32Block> blocks;
+  if (std::string problem = tile_crc32_blocks(flat, rows, "rows", blocks); !problem.empty()) return problem;
   const size_t first = blocks.size() * static_cast<size_t>(part) / static_cast<size_t>(parts);
   const size_t last = blocks.size() * static_cast<size_t>(part + 1) / static_cast<size_t>(parts);
   for (size_t b = first; b < last; ++b) {
-    const auto& [begin, end, crc] = blocks[b];
+    const auto [begin, end, crc] = blocks[b];
     if (stored.crc32(static_cast<hsize_t>(begin), static_cast<hsize_t>(end)) != static_cast<uint32_t>(crc))
       return fmt::format("rows [{}, {}) differ from their CRC-32 (attribute crc32_blocks): the file is damaged", begin,
                          end);

@@ -77,6 +77,15 @@ std::string type_name(hid_t type);
 // The flat (begin, end, crc) list; false (and `blocks` untouched) when the attribute is absent or
 // cannot be read as integers.
 bool read_crc32_blocks(hid_t dataset, std::vector<int64_t>& blocks);
+// The blocks of a flat (begin, end, crc) list in order of `begin`, into `sorted`; "" when they
+// tile [0, count) exactly, else what is wrong with the list ("its crc32_blocks attribute does not
+// tile rows [0, 60000) ...", `unit` naming what is counted: rows, elements). Writers may list the
+// blocks in any order (a checkpoint's come writer by writer); a damaged list must not be read.
+struct Crc32Block {
+  int64_t begin, end, crc;
+};
+std::string tile_crc32_blocks(const std::vector<int64_t>& flat, int64_t count, const char* unit,
+                              std::vector<Crc32Block>& sorted);
 // Creates the attribute from a flat (begin, end, crc) list; false on failure (HDF5's error stack
 // says why). An empty list is stored as one padding value.
 bool write_crc32_blocks(hid_t dataset, const std::vector<int64_t>& blocks);

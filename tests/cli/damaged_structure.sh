@@ -4,6 +4,11 @@
 # bad input or harmless, never a crash: `inspect` exits 0 or 2 for every such byte and a run
 # (np 1) exits 0 or 2, with one message when 2. Every 16th byte of the first range and every 32nd
 # of the last is tried (inspect), every 128th for training.
+# The same for a checkpoint, whose headers sit at its start and beside each symbol table (SNOD):
+# every 32nd byte of its first 2 KiB and every 16th within 512 bytes of each SNOD past them (among
+# the tensors: a damaged header there gave exit 1, "negative dimension", "cannot allocate") for inspect
+# (which must never say "every block verified" of a file it could not list), every 16th copy for
+# a run resumed from it (a link damaged to point elsewhere gave exit 1 there).
 source "$(dirname "$0")/common.sh" "$1" "$2" 256
 size=$(stat -c %s syn.h5)
 offsets=$(seq 0 16 2047; seq $((size - 1024)) 32 $((size - 1)))
@@ -42,4 +47,50 @@ done
 echo "inspect: $tried damaged copies, $refused_count refused (exit 2), the rest read (exit 0)"
 echo "train: ${seen[2]:-0} refused, ${seen[0]:-0} trained"
 [ "$refused_count" -gt 0 ] || fail "no damaged copy was refused: the bytes tried missed the structure"
+
+# ---- a checkpoint ----
+args=(--set data.path=syn.h5 --set model.kind=mlp --set optim.global_batch=32 --set optim.micro_batch=32
+      --set run.threads=1)
+"$mpiexec" -n 1 "$trident" train /dev/null "${args[@]}" --set run.max_steps=1 --set run.output_dir=runs/src \
+  >src.log 2>&1 || fail "training the source checkpoint failed: $(tail -3 src.log)"
+good=runs/src/checkpoints/step_0000001.h5
+size=$(stat -c %s "$good")
+tables=$(grep -obaE 'SNOD' "$good" | cut -d: -f1)
+[ -n "$tables" ] || fail "no symbol table (SNOD) found in $good: the test no longer aims at its headers"
+offsets=$(seq 0 32 2047; for t in $tables; do [ "$t" -lt 8192 ] || seq $((t - 512)) 16 $((t + 511)); done |
+          awk -v n="$size" '$1 < n')
+declare -A ck_seen
+ck_tried=0 ck_refused=0
+for offset in $offsets; do
+  cp "$good" damaged.h5
+  printf '\377' | dd of=damaged.h5 bs=1 seek="$offset" conv=notrunc status=none
+  set +e
+  "$trident" inspect damaged.h5 >inspect.log 2>&1
+  rc=$?
+  set -e
+  ck_tried=$((ck_tried + 1))
+  case $rc in
+    0) ! grep -q 'cannot be listed' inspect.log || fail "inspect, checkpoint byte $offset: exit 0 for a file it could not list" ;;
+    2) ck_refused=$((ck_refused + 1))
+       [ "$(grep -c 'trident: error' inspect.log)" = 1 ] || fail "inspect, checkpoint byte $offset: not one error line: $(cat inspect.log)" ;;
+    *) fail "inspect, checkpoint byte $offset: exit code $rc: $(tail -3 inspect.log)" ;;
+  esac
+  if [ $((ck_tried % 16)) = 1 ]; then
+    set +e
+    "$mpiexec" -n 1 "$trident" train /dev/null "${args[@]}" --set run.max_steps=2 --set run.output_dir=runs/c$offset \
+      --resume damaged.h5 >train.log 2>&1
+    rc=$?
+    set -e
+    case $rc in
+      0) ;;
+      2) [ "$(grep -c 'trident: error' train.log)" = 1 ] || fail "resume, checkpoint byte $offset: not one error line"
+         [ ! -e "runs/c$offset" ] || fail "resume, checkpoint byte $offset: refused, yet runs/c$offset was written" ;;
+      *) fail "resume, checkpoint byte $offset: exit code $rc: $(tail -3 train.log)" ;;
+    esac
+    ck_seen[$rc]=$(( ${ck_seen[$rc]:-0} + 1 ))
+  fi
+done
+echo "checkpoint inspect: $ck_tried damaged copies, $ck_refused refused (exit 2), the rest read (exit 0)"
+echo "checkpoint resume: ${ck_seen[2]:-0} refused, ${ck_seen[0]:-0} resumed"
+[ "$ck_refused" -gt 0 ] || fail "no damaged checkpoint was refused: the bytes tried missed the structure"
 echo PASS
