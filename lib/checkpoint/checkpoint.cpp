@@ -153,6 +153,16 @@ std::vector<std::string> step_files_in(const std::string& dir) {
   return names;
 }
 
+}  // namespace
+
+std::vector<std::string> step_files_after(const std::string& dir, int64_t step) {
+  std::vector<std::string> later = step_files_in(dir);
+  later.erase(later.begin(), std::upper_bound(later.begin(), later.end(), step_file(step)));
+  return later;
+}
+
+namespace {
+
 // Tensors are float32; the RNG states (/rng/cpu) are bytes.
 hid_t memory_type(at::ScalarType type) { return type == at::kByte ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT; }
 hid_t file_type(at::ScalarType type) { return type == at::kByte ? H5T_STD_U8LE : H5T_IEEE_F32LE; }
@@ -289,22 +299,28 @@ std::string abandon(Hid& file, const std::string& path, const std::string& failu
 }
 
 // Rank 0 makes a written file the checkpoint: rename (atomic on one file system), then
-// `latest`, then the oldest pruned down to keep_last. Files of later steps are not this run's
-// (it resumed from an earlier step: the later ones failed verification or were passed over by
-// --resume PATH); they are left alone and do not count, so the good earlier ones are kept.
-void commit(const std::string& dir, const std::string& tmp_path, int64_t step, int keep_last) {
-  fs::rename(tmp_path, dir + "/" + step_file(step));
+// `latest`, then the oldest pruned down to keep_last. Files of later steps, and those of
+// retention.not_this_runs, are not this run's (it started from an earlier step: a resume passed
+// over them as damaged, or --resume PATH / never named an earlier start); they are left alone and
+// do not count, so the good earlier ones are kept.
+void commit(const std::string& dir, const std::string& tmp_path, int64_t step, const Retention& retention) {
+  const std::string name = step_file(step);
+  fs::rename(tmp_path, dir + "/" + name);
   const std::string latest_tmp = dir + "/latest.tmp";
   {
     std::ofstream out(latest_tmp);
-    out << step_file(step) << "\n";
+    out << name << "\n";
     out.flush();
     if (!out) fatal_one("checkpoint: cannot write " + latest_tmp);
   }
   fs::rename(latest_tmp, dir + "/latest");
-  std::vector<std::string> saved = step_files_in(dir);  // oldest first; names sort by step
-  saved.erase(std::upper_bound(saved.begin(), saved.end(), step_file(step)), saved.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < saved.size(); ++i) fs::remove(dir + "/" + saved[i]);
+  std::vector<std::string> saved;  // this run's and those it continues, oldest first
+  for (const auto& file : step_files_in(dir)) {
+    const auto& others = retention.not_this_runs;
+    if (file <= name && (file == name || std::find(others.begin(), others.end(), file) == others.end()))
+      saved.push_back(file);
+  }
+  for (size_t i = 0; i + static_cast<size_t>(retention.keep_last) < saved.size(); ++i) fs::remove(dir + "/" + saved[i]);
 }
 
 // The datasets of a save in creation order, and which of their elements this rank writes. Every
@@ -531,7 +547,8 @@ std::string add_attributes(const Layout& layout, const std::vector<int64_t>& all
 
 // Part 3 (collective, main thread, once every rank's part 2 is done): agreement, checksums,
 // metadata, commit. A failure anywhere removes the file and throws AgreedFault on every rank.
-std::string finish(const Layout& layout, const Written& written, const Meta& meta, MPI_Comm comm, int keep_last) {
+std::string finish(const Layout& layout, const Written& written, const Meta& meta, MPI_Comm comm,
+                   const Retention& retention) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -557,7 +574,7 @@ std::string finish(const Layout& layout, const Written& written, const Meta& met
   const std::string attribute_error = rank == 0 ? add_attributes(layout, all, meta) : "";
   if (const std::string failure = comm::first_error(comm, attribute_error); !failure.empty())
     throw AgreedFault(not_saved(layout.step, failure, layout.tmp_path, layout.dir));
-  if (rank == 0) commit(layout.dir, layout.tmp_path, layout.step, keep_last);
+  if (rank == 0) commit(layout.dir, layout.tmp_path, layout.step, retention);
   MPI_CHECK(MPI_Barrier(comm));
   return layout.final_path;
 }
@@ -566,9 +583,9 @@ std::string finish(const Layout& layout, const Written& written, const Meta& met
 
 std::string save(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
-                 const Shard& shard, MPI_Comm comm, int keep_last) {
+                 const Shard& shard, MPI_Comm comm, const Retention& retention) {
   const Layout layout = lay_out(dir, meta, params, state_names, buffers, shard, comm);
-  return finish(layout, write_pieces(layout), meta, comm, keep_last);
+  return finish(layout, write_pieces(layout), meta, comm, retention);
 }
 
 // ---- background save ------------------------------------------------------------------------
@@ -576,7 +593,7 @@ std::string save(const std::string& dir, const Meta& meta, const std::vector<Ten
 struct BackgroundSave::Impl {
   Meta meta;
   MPI_Comm comm = MPI_COMM_NULL;
-  int keep_last = 1;
+  Retention retention;
   Layout layout;
   // The copies the thread takes first: (from live, into the snapshot), both contiguous on the host.
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;
@@ -637,12 +654,12 @@ void host_buffer_like(at::Tensor& into, const at::Tensor& like) {
 
 BackgroundSave::BackgroundSave(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                                const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
-                               const Shard& live, Shard& snapshot, MPI_Comm comm, int keep_last)
+                               const Shard& live, Shard& snapshot, MPI_Comm comm, const Retention& retention)
     : impl_(std::make_unique<Impl>()) {
   auto& im = *impl_;
   im.meta = meta;
   im.comm = comm;
-  im.keep_last = keep_last;
+  im.retention = retention;
   snapshot.stage = live.stage;
   snapshot.begin = live.begin;
   snapshot.end = live.end;
@@ -691,7 +708,7 @@ double BackgroundSave::write_seconds() const { return impl_->thread_seconds; }
 
 std::string BackgroundSave::commit() {
   wait();
-  return finish(impl_->layout, impl_->written, impl_->meta, impl_->comm, impl_->keep_last);
+  return finish(impl_->layout, impl_->written, impl_->meta, impl_->comm, impl_->retention);
 }
 
 // ---- read ----------------------------------------------------------------------------------
@@ -883,7 +900,10 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
   }
   std::istringstream candidates(comm::broadcast(comm, listing));
   std::string skipped;
+  std::vector<std::string> tried;  // `latest` names one of the step files too
   for (std::string c; std::getline(candidates, c);) {
+    if (std::find(tried.begin(), tried.end(), c) != tried.end()) continue;
+    tried.push_back(c);
     const std::string problem = verify_collective(c, comm);
     if (problem.empty()) {
       note = "--resume auto: resuming from " + c + skipped;

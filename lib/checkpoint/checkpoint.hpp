@@ -50,11 +50,23 @@ struct Shard {
   at::Tensor cuda_rng_state;  // its CUDA generator's (uint8), on ranks that train on a GPU
 };
 
+// What pruning keeps after a commit: the newest keep_last step files up to the committed step,
+// not counting `not_this_runs`, which are left as they are: the files of later steps than the
+// one a run started from that were in the folder when it started (a resume passed over them as
+// damaged, or --resume PATH / never started earlier). A save of the same step replaces such a
+// file, which is the run's from then on (the caller drops it from the list).
+struct Retention {
+  int keep_last = 1;
+  std::vector<std::string> not_this_runs;  // step_*.h5 names in the checkpoint folder
+};
+// The step_*.h5 names in `dir` of steps after `step`, oldest first (none when `dir` is absent).
+std::vector<std::string> step_files_after(const std::string& dir, int64_t step);
+
 // Collective over `comm`. `params` and `buffers` list the whole model (every rank passes the
 // same lists and the same state names). Returns the committed file's path.
 std::string save(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
-                 const Shard& shard, MPI_Comm comm, int keep_last);
+                 const Shard& shard, MPI_Comm comm, const Retention& retention);
 
 // checkpoint.async: a save that blocks training only while the file is laid out (rank 0, a few
 // milliseconds) and, at a later step boundary, committed; a thread of this rank copies the shard's
@@ -69,7 +81,7 @@ class BackgroundSave {
   // parameters and states must not change: the caller waits for it before its next update.
   BackgroundSave(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
-                 const Shard& live, Shard& snapshot, MPI_Comm comm, int keep_last);
+                 const Shard& live, Shard& snapshot, MPI_Comm comm, const Retention& retention);
   ~BackgroundSave();  // joins the thread; a file not committed stays as step_N.h5.tmp
   BackgroundSave(const BackgroundSave&) = delete;
   BackgroundSave& operator=(const BackgroundSave&) = delete;

@@ -2,6 +2,8 @@
 // three construction steps (trainer_state.hpp).
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <mutex>
 
 #include "checkpoint/checkpoint.hpp"
@@ -168,8 +170,10 @@ checkpoint::Meta meta_of(Trainer::State& s, int64_t step) {
 }
 
 // A committed save counted, `total_s` from its start to its commit (the training time it blocked
-// is counted in s.times.checkpoint as it passes).
-void count_save(Trainer::State& s, double total_s) {
+// is counted in s.times.checkpoint as it passes). A file of another run it replaced is this run's.
+void count_save(Trainer::State& s, double total_s, const std::string& path) {
+  auto& others = s.retention.not_this_runs;
+  others.erase(std::remove(others.begin(), others.end(), std::filesystem::path(path).filename().string()), others.end());
   const auto range = owned_range(s.conn, s.stage);
   s.save_seconds += total_s;
   s.last_save_s = total_s;
@@ -185,10 +189,10 @@ void save_checkpoint(Trainer::State& s, int64_t step) {
   Stopwatch watch;
   const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta_of(s, step), s.stage.plan->placed_parameters(),
                                             state_names_of(s), s.stage.plan->placed_buffers(), live_shard(s, /*on_host=*/true),
-                                            s.conn.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
+                                            s.conn.world.comm, s.retention);
   const double seconds = watch.seconds();
   s.times.checkpoint += seconds;
-  count_save(s, seconds);
+  count_save(s, seconds, path);
   log::info("checkpoint {} written in {:.3f} s", path, seconds);
 }
 
@@ -200,7 +204,7 @@ void start_background_save(Trainer::State& s, int64_t step) {
   Stopwatch watch;
   s.background_save = std::make_unique<checkpoint::BackgroundSave>(
       checkpoint_dir(s.deck), meta_of(s, step), s.stage.plan->placed_parameters(), state_names_of(s), s.stage.plan->placed_buffers(),
-      live_shard(s, /*on_host=*/false), s.snapshot, s.conn.world.comm, static_cast<int>(s.deck.checkpoint.keep_last));
+      live_shard(s, /*on_host=*/false), s.snapshot, s.conn.world.comm, s.retention);
   s.background_start_s = watch.seconds();
   s.background_copy_wait_s = 0;
   s.times.checkpoint += s.background_start_s;
@@ -214,7 +218,7 @@ void commit_background_save(Trainer::State& s) {
   const std::string path = save->commit();
   const double blocked = watch.seconds();
   s.times.checkpoint += blocked;
-  count_save(s, s.background_start_s + save->write_seconds() + (blocked - waited));
+  count_save(s, s.background_start_s + save->write_seconds() + (blocked - waited), path);
   log::info("checkpoint {} written in the background in {:.2f} s; it blocked training for {:.3f} s (layout {:.3f}, "
             "update waiting for the copies {:.3f}, waiting for the write {:.3f}, commit {:.3f})",
             path, s.last_save_s, s.background_start_s + s.background_copy_wait_s + blocked, s.background_start_s,
@@ -235,8 +239,21 @@ ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, cons
   }
   comm::agree_or_throw(conn.world.comm, error);
   from.verify_seconds = verifying.seconds();
-  if (conn.world.rank == 0 && resume != "never") log::info("{}", note);
+  if (resume != "never") from.note = note;
   return from;
+}
+
+checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step) {
+  checkpoint::Retention retention;
+  retention.keep_last = static_cast<int>(deck.checkpoint.keep_last);
+  if (conn.world.rank != 0) return retention;  // rank 0 commits and prunes
+  retention.not_this_runs = checkpoint::step_files_after(checkpoint_dir(deck), start_step);
+  if (!retention.not_this_runs.empty())
+    log::info("checkpoints: {} in {} {} of later steps than this run's start (step {}): not this run's, left as they "
+              "are and not counted by checkpoint.keep_last (a save of the same step replaces one)",
+              fmt::join(retention.not_this_runs, ", "), checkpoint_dir(deck),
+              retention.not_this_runs.size() == 1 ? "is" : "are", start_step);
+  return retention;
 }
 
 Restored restore(const config::Deck& deck, const Connection& conn, StageParts& st, const ResumeFrom& from) {

@@ -161,6 +161,9 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     s.stage = build_stage(s.deck, s.conn);
     s.startup_peak_bytes = report::peak_rss_bytes();
     s.restored = restore(s.deck, s.conn, s.stage, from);
+    // Said once nothing more can refuse the run: bad input is its one message.
+    if (s.conn.world.rank == 0 && !from.note.empty()) log::info("{}", from.note);
+    s.retention = retention_of(s.deck, s.conn, s.restored.start_step);
   } catch (const BadInput&) {
     if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder
     // Bad input is agreed, so every rank is here: the watchdog stops collectively (no heartbeat

@@ -77,6 +77,7 @@ struct Trainer::State {
   Connection conn;
   StageParts stage;
   Restored restored;
+  checkpoint::Retention retention;  // what pruning keeps (rank 0 commits and prunes)
   // The step's skip/clip/stop decisions made on the device (GPUs, fused optimizers; one host
   // sync per logging interval); null: made on the host after one copy per step.
   std::unique_ptr<optim::DeviceStep> device_step;
@@ -115,6 +116,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn);
 // Collective.
 struct ResumeFrom {
   std::string path;  // "" for a fresh start
+  std::string note;  // which, and what was passed over (logged once the run has started)
   double verify_seconds = 0;
 };
 ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, const std::string& resume);
@@ -122,6 +124,9 @@ Restored restore(const config::Deck& deck, const Connection& conn, StageParts& s
 
 // <run.output_dir>/checkpoints
 std::string checkpoint_dir(const config::Deck& deck);
+// After restore: keep_last, and the files of later steps than the run's start, which are not its
+// own (logged when there are any).
+checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step);
 // Writes and commits the checkpoint of step `step` (collective), counted in s.times/saves/bytes;
 // a background save still in flight is committed first.
 void save_checkpoint(Trainer::State& s, int64_t step);

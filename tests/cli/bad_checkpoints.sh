@@ -56,4 +56,16 @@ grep -q "resuming from .*step_0000002.h5" resumed.log || fail "did not resume fr
 [ "$(cat runs/chain/checkpoints/latest)" = step_0000003.h5 ] || fail "latest is $(cat runs/chain/checkpoints/latest)"
 "$trident" inspect runs/chain/checkpoints/step_0000002.h5 >/dev/null || fail "the good step 2 it resumed from is gone or damaged"
 [ "$(md5sum <runs/chain/checkpoints/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
+# Resumed again (from step 3), saving only at step 5, past the damaged step 4: keep_last 2 counts
+# this run's files and those it continues (3, 5), not the damaged 4, so step 3 is kept and step 2
+# pruned. (Counting 4 pruned 2 and 3, leaving one good checkpoint.)
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=5 \
+  --set checkpoint.every_steps=10 >resumed2.log 2>&1 || fail "second resume: $(tail -3 resumed2.log)"
+grep -q "resuming from .*step_0000003.h5" resumed2.log || fail "did not resume from step 3: $(grep -i resum resumed2.log)"
+grep -q "step_0000004.h5 in .* is of later steps than this run's start (step 3): not this run's" resumed2.log \
+  || fail "the damaged step 4 was not named as another run's: $(grep -i checkpoints: resumed2.log)"
+left=$(cd runs/chain/checkpoints && echo step_*.h5)
+[ "$left" = "step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "checkpoints left: $left"
+"$trident" inspect runs/chain/checkpoints/step_0000003.h5 >/dev/null || fail "step 3 is damaged"
+[ "$(md5sum <runs/chain/checkpoints/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
 echo PASS

@@ -241,7 +241,7 @@ TEST(Checkpoint, MetadataRoundTripsIncludingTheLossScale) {
   shard.params = torch::arange(begin, end, torch::kFloat);
   shard.states.emplace_back("m", shard.params * 2);
   const std::string dir = dir_for("ck_meta", MPI_COMM_WORLD) + "/checkpoints";
-  const std::string path = checkpoint::save(dir, meta, params, {"m"}, {}, shard, MPI_COMM_WORLD, 2);
+  const std::string path = checkpoint::save(dir, meta, params, {"m"}, {}, shard, MPI_COMM_WORLD, {2, {}});
   checkpoint::Reader reader(path);
   const auto& read = reader.meta();
   EXPECT_EQ(read.step, 7);
@@ -279,7 +279,7 @@ TEST(Checkpoint, TensorsLargerThanOneWriteRoundTripExactly) {
   shard.params = all.narrow(0, begin, end - begin).clone();
   shard.states.emplace_back("m", shard.params * -3);
   const std::string dir = dir_for("ck_pieces", MPI_COMM_WORLD) + "/checkpoints";
-  const std::string path = checkpoint::save(dir, meta, params, {"m"}, {}, shard, MPI_COMM_WORLD, 2);
+  const std::string path = checkpoint::save(dir, meta, params, {"m"}, {}, shard, MPI_COMM_WORLD, {2, {}});
   checkpoint::Reader reader(path);
   EXPECT_TRUE(torch::equal(reader.read_flat("params", params, 0, used), all));
   EXPECT_TRUE(torch::equal(reader.read_flat("optim/m", params, 0, used), all * -3));
