@@ -87,29 +87,54 @@ std::vector<Lifetime> read_goodput(const std::string& path, std::vector<std::str
   return out;
 }
 
-GoodputAccount account_goodput(std::vector<Lifetime> lifetimes) {
+LostWork lost_work(const std::vector<Lifetime>& chain) {
+  const size_t n = chain.size();
+  LostWork lost{std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0), std::vector<double>(n, 0.0),
+                std::vector<double>(n, 0.0)};
+  std::vector<int64_t> kept_to(n);  // lifetime i still keeps steps (first_step, kept_to[i]]
+  for (size_t k = 0; k < n; ++k) {
+    for (size_t i = 0; i < k; ++i) {
+      const int64_t cut = kept_to[i] - std::max(chain[i].first_step, std::min(kept_to[i], chain[k].first_step));
+      if (cut <= 0) continue;
+      kept_to[i] -= cut;
+      const double seconds = static_cast<double>(cut) * chain[i].compute_per_step_s();
+      lost.of_steps[i] += cut, lost.of_s[i] += seconds;
+      lost.by_steps[k] += cut, lost.by_s[k] += seconds;
+    }
+    kept_to[k] = std::max(chain[k].last_step, chain[k].first_step);
+  }
+  return lost;
+}
+
+namespace {
+
+// The parts summed over `lifetimes`, each charged with the work it lost.
+GoodputAccount tally(std::vector<Lifetime> lifetimes, std::vector<int64_t> lost_steps, std::vector<double> lost_s) {
   GoodputAccount a;
-  for (const auto& l : lifetimes) {
+  for (size_t i = 0; i < lifetimes.size(); ++i) {
+    const Lifetime& l = lifetimes[i];
     a.wall_s += l.wall_s();
     a.startup_s += l.startup_s;
     a.data_wait_s += l.data_wait_s;
     a.evaluation_s += l.evaluation_s;
     a.checkpoint_s += l.checkpoint_s;
-    a.work_lost_s += l.work_lost_s;
-    a.work_lost_steps += l.work_lost_steps;
+    a.work_lost_s += lost_s[i];
+    a.work_lost_steps += lost_steps[i];
     a.steps_trained += l.steps_trained();
-    a.productive_s += l.step_s - l.data_wait_s;
+    a.productive_s += l.step_s - l.data_wait_s - lost_s[i];
   }
-  a.productive_s -= a.work_lost_s;
-  a.lost_steps_of.assign(lifetimes.size(), 0);
-  a.lost_s_of.assign(lifetimes.size(), 0.0);
-  for (size_t k = 1; k < lifetimes.size(); ++k) {
-    a.lost_steps_of[k - 1] = lifetimes[k].work_lost_steps;
-    a.lost_s_of[k - 1] = lifetimes[k].work_lost_s;
-  }
+  a.lost_steps_of = std::move(lost_steps);
+  a.lost_s_of = std::move(lost_s);
   a.other_s = a.wall_s - a.productive_s - a.work_lost_s - a.startup_s - a.data_wait_s - a.evaluation_s - a.checkpoint_s;
   a.lifetimes = std::move(lifetimes);
   return a;
+}
+
+}  // namespace
+
+GoodputAccount account_goodput(std::vector<Lifetime> lifetimes) {
+  LostWork lost = lost_work(lifetimes);
+  return tally(std::move(lifetimes), std::move(lost.of_steps), std::move(lost.of_s));
 }
 
 GoodputAccount load_goodput(const std::string& run_dir) {
@@ -150,10 +175,7 @@ const Part kParts[] = {{"productive steps", &GoodputAccount::productive_s, "#2e7
 
 // Lifetime k as an account of its own, charged with the work it lost.
 GoodputAccount account_of(const GoodputAccount& a, size_t k) {
-  Lifetime own = a.lifetimes[k];
-  own.work_lost_steps = a.lost_steps_of[k];
-  own.work_lost_s = a.lost_s_of[k];
-  return account_goodput({own});
+  return tally({a.lifetimes[k]}, {a.lost_steps_of[k]}, {a.lost_s_of[k]});
 }
 
 }  // namespace
@@ -161,7 +183,7 @@ GoodputAccount account_of(const GoodputAccount& a, size_t k) {
 std::string goodput_markdown(const GoodputAccount& a, const std::string& run_dir) {
   std::string md = fmt::format("# Goodput of {}\n\n", run_dir);
   md += fmt::format("**{:.1f}%** of {:.1f} s wall time over {} process lifetime(s) went into training steps that were kept "
-                    "({} steps trained, {} of them trained again after a resume).\n\n",
+                    "({} steps trained, {} of them lost: trained past the step a later lifetime started from).\n\n",
                     100.0 * a.goodput(), a.wall_s, a.lifetimes.size(), a.steps_trained, a.work_lost_steps);
   md += "| where the time went | seconds | % of wall |\n|---|---:|---:|\n";
   for (const auto& p : kParts) md += fmt::format("| {} | {:.2f} | {:.1f} |\n", p.name, a.*p.total, percent(a.*p.total, a.wall_s));
@@ -178,8 +200,9 @@ std::string goodput_markdown(const GoodputAccount& a, const std::string& run_dir
                       100.0 * account_of(a, i).goodput());
   }
   for (const auto& why : a.skipped) md += fmt::format("\nSkipped, not a record (a process killed while appending?): {}\n", why);
-  md += "\nProductive = step time - data waits - work lost. Steps lost: the steps a lifetime trained past the checkpoint "
-        "the next one resumed from (all of them when the next started afresh), at its mean step time. 'killed': the process ended without a word (SIGKILL, an abort, a lost "
+  md += "\nProductive = step time - data waits - work lost. Steps lost: the steps a lifetime trained past the step a "
+        "later one started from (the checkpoint it resumed; all of them when it started afresh), at the lifetime's "
+        "step time less data waits per step. 'killed': the process ended without a word (SIGKILL, an abort, a lost "
         "node); its record ends at the last update it wrote (every log line and save), so its last moments count as "
         "nothing. Queue waits between jobs are not wall time here.\n";
   return md;

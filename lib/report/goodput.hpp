@@ -6,9 +6,9 @@
 // and where the rest went, as a table (goodput.md) and a picture (goodput.svg).
 //
 // Productive step time is the time rank 0 spent in training steps, less the data waits inside
-// them, less the work lost: the steps a lifetime trained after the checkpoint that the next one
-// resumed from, which had to be trained again (counted when the next lifetime resumes, at the
-// mean step time of the lifetime that lost them). Wall time is each process's life, start-up to
+// them, less the work lost: the steps a lifetime trained past the step a later one started from
+// (the checkpoint it resumed, or 0 for a fresh start), which had to be trained again, each at the
+// compute time per step (step time less data waits) of the lifetime that trained it. Wall time is each process's life, start-up to
 // exit; the time a job spent queued, or its script spent before starting trident, is not in it.
 // No LibTorch, no MPI here.
 #include <cstdint>
@@ -32,16 +32,30 @@ struct Lifetime {
   double data_wait_s = 0;   // the steps' waits for input data
   double evaluation_s = 0;  // test-split evaluations
   double checkpoint_s = 0;  // saves, as long as they blocked training
-  // Set when this lifetime resumed: the step it resumed from, and the steps (and their time)
-  // that the previous lifetime trained beyond it.
+  // Set when this lifetime resumed: the step it resumed from.
   std::optional<int64_t> resumed_from_step;
+  // The work its start made lost (lost_work below): the steps earlier lifetimes trained past its
+  // first step, not lost before, and their compute time.
   int64_t work_lost_steps = 0;
   double work_lost_s = 0;
 
   double wall_s() const { return end - start; }
   int64_t steps_trained() const { return last_step - first_step; }
-  double mean_step_s() const { return steps_trained() > 0 ? step_s / static_cast<double>(steps_trained()) : 0.0; }
+  // Per step trained, the time in steps less data waits (0 when none was trained).
+  double compute_per_step_s() const {
+    return steps_trained() > 0 ? (step_s - data_wait_s) / static_cast<double>(steps_trained()) : 0.0;
+  }
 };
+
+// The work lost along a chain, from its steps alone. Lifetimes start in order; each start at
+// step s (first_step) makes every step an earlier lifetime still kept past s lost, charged once,
+// to the lifetime that trained it, at that lifetime's compute_per_step_s. of_*[i]: what lifetime
+// i lost; by_*[k]: what lifetime k's start made lost (its record's work_lost_*).
+struct LostWork {
+  std::vector<int64_t> of_steps, by_steps;
+  std::vector<double> of_s, by_s;
+};
+LostWork lost_work(const std::vector<Lifetime>& chain);
 
 std::string lifetime_json(const Lifetime& life);  // one line, no newline
 // `where` names the file and line in the BadInput thrown for a malformed record.
@@ -59,8 +73,8 @@ struct GoodputAccount {
   double work_lost_s = 0, startup_s = 0, data_wait_s = 0, evaluation_s = 0, checkpoint_s = 0;
   double other_s = 0;  // the rest: step boundaries, logging, shutdown, the unknown end of a killed process
   int64_t steps_trained = 0, work_lost_steps = 0;
-  // Per lifetime, the work it lost (what the next one found on resuming; a record holds the
-  // loss it found, which belongs to the lifetime before it).
+  // Per lifetime, the work it lost (lost_work's of_*, recomputed from the steps: a record holds the
+  // loss its start caused, which belongs to earlier lifetimes).
   std::vector<int64_t> lost_steps_of;
   std::vector<double> lost_s_of;
   std::vector<std::string> skipped;  // goodput.jsonl lines that were not records

@@ -70,17 +70,11 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step)
       warn_once(std::string("an unreadable record left by an earlier process is dropped: ") + e.what());
     }
   }
-  // The lifetime before this one: what it trained past `start_step` is trained again now.
-  report::Lifetime previous;
-  bool has_previous = false;
-  if (std::ifstream in(jsonl_); in) {
-    std::string line;
-    while (std::getline(in, line)) try {  // the last line that is a record (one may be torn)
-        if (line.empty()) continue;
-        previous = report::parse_lifetime(line, jsonl_);
-        has_previous = true;
-      } catch (const BadInput&) {
-      }
+  // The lifetimes before this one: what they trained past `start_step` is trained again now.
+  std::vector<report::Lifetime> chain;
+  try {
+    chain = report::read_goodput(jsonl_);  // a torn line is skipped
+  } catch (const BadInput&) {             // none yet
   }
   life_.job = job_name();
   life_.host = host_name();
@@ -88,10 +82,10 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step)
   life_.end = unix_now();
   life_.first_step = life_.last_step = start_step;
   if (start_step > 0) life_.resumed_from_step = start_step;
-  if (has_previous && previous.last_step > start_step) {
-    life_.work_lost_steps = previous.last_step - start_step;
-    life_.work_lost_s = static_cast<double>(life_.work_lost_steps) * previous.mean_step_s();
-  }
+  chain.push_back(life_);
+  const report::LostWork lost = report::lost_work(chain);
+  life_.work_lost_steps = lost.by_steps.back();
+  life_.work_lost_s = lost.by_s.back();
   write_open();
 }
 

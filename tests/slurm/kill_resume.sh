@@ -42,6 +42,6 @@ check_goodput "$work/run" "len(recs) == 2 and recs[0]['exit_code'] is None and r
   and recs[0]['job'] == '$id' and recs[1]['job'] == '$next' and $logged <= recs[0]['last_step'] < $logged + 20 \
   and recs[0]['last_step'] == 1088 and $saved == 1000 \\
   and recs[1]['resumed_from_step'] == $saved and recs[1]['work_lost_steps'] == recs[0]['last_step'] - $saved > 0 \\
-  and abs(recs[1]['work_lost_s'] - recs[1]['work_lost_steps'] * recs[0]['step_s'] / recs[0]['steps_trained']) < 1e-9 \\
+  and abs(recs[1]['work_lost_s'] - recs[1]['work_lost_steps'] * (recs[0]['step_s'] - recs[0]['data_wait_s']) / recs[0]['steps_trained']) < 1e-9 \\
   and recs[1]['last_step'] == $steps"
 echo PASS

@@ -1,11 +1,12 @@
 // goodput.jsonl: the records a chain of process lifetimes leaves (a SIGKILL's open record closed
-// by the next lifetime, work lost counted when it resumes) and their account against figures
+// by the next lifetime, work lost counted when a later one starts) and their account against figures
 // computed here by hand.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 
 #include "core/error.hpp"
 #include "report/goodput.hpp"
@@ -38,40 +39,41 @@ report::Lifetime lifetime(double start, double end, std::optional<int> exit_code
 }  // namespace
 
 TEST(Goodput, AccountOfAChainAgainstHandComputation) {
-  // Lifetime 1: 100 s, steps 0..60 in 60 s (10 s data waits), 5 s start-up, 4 s evaluation,
-  // 6 s saves; SIGKILLed (no exit code) after its checkpoint at step 40.
-  auto a = lifetime(1000, 1100, std::nullopt, 0, 60, 60.0);
+  // Lifetime 1: 100 s, steps 0..60 in 70 s (10 s data waits: 1 s of compute a step), 5 s
+  // start-up, 4 s evaluation, 6 s saves; SIGKILLed (no exit code) after its checkpoint at step 40.
+  auto a = lifetime(1000, 1100, std::nullopt, 0, 60, 70.0);
   a.startup_s = 5, a.data_wait_s = 10, a.evaluation_s = 4, a.checkpoint_s = 6;
-  // Lifetime 2 resumes at 40: 20 steps lost at lifetime 1's mean step (1 s); trains 40..100 in
-  // 48 s (no waits), 12 s start-up, 3 s saves, 70 s wall; exit 0.
+  // Lifetime 2 resumes at 40: lifetime 1's 20 steps past it are lost, at 1 s each (its data waits
+  // stay data waits); trains 40..100 in 48 s (no waits), 12 s start-up, 3 s saves, 70 s wall;
+  // exit 0. Its record's work_lost_* are not what the account reads: it recomputes them.
   auto b = lifetime(1500, 1570, 0, 40, 100, 48.0);
-  b.startup_s = 12, b.checkpoint_s = 3, b.resumed_from_step = 40, b.work_lost_steps = 20, b.work_lost_s = 20.0;
+  b.startup_s = 12, b.checkpoint_s = 3, b.resumed_from_step = 40, b.work_lost_steps = 999, b.work_lost_s = 999.0;
   const report::GoodputAccount acc = report::account_goodput({a, b});
   EXPECT_DOUBLE_EQ(acc.wall_s, 170.0);
-  EXPECT_DOUBLE_EQ(acc.productive_s, (60 - 10) + 48 - 20.0);  // 78
+  EXPECT_DOUBLE_EQ(acc.productive_s, (70 - 10) + 48 - 20.0);  // 88
   EXPECT_DOUBLE_EQ(acc.work_lost_s, 20.0);
   EXPECT_DOUBLE_EQ(acc.startup_s, 17.0);
   EXPECT_DOUBLE_EQ(acc.data_wait_s, 10.0);
   EXPECT_DOUBLE_EQ(acc.evaluation_s, 4.0);
   EXPECT_DOUBLE_EQ(acc.checkpoint_s, 9.0);
-  EXPECT_DOUBLE_EQ(acc.other_s, 170.0 - 78 - 20 - 17 - 10 - 4 - 9);  // 32
-  EXPECT_DOUBLE_EQ(acc.goodput(), 78.0 / 170.0);
+  EXPECT_DOUBLE_EQ(acc.other_s, 170.0 - 88 - 20 - 17 - 10 - 4 - 9);  // 22
+  EXPECT_DOUBLE_EQ(acc.goodput(), 88.0 / 170.0);
   EXPECT_EQ(acc.steps_trained, 120);
   EXPECT_EQ(acc.work_lost_steps, 20);
-  // The 20 steps are lifetime 1's loss (lifetime 2 found them on resuming).
+  // The 20 steps are lifetime 1's loss (lifetime 2's start made them lost).
   EXPECT_EQ(acc.lost_steps_of, (std::vector<int64_t>{20, 0}));
   EXPECT_EQ(acc.lost_s_of, (std::vector<double>{20.0, 0.0}));
 
   const std::string md = report::goodput_markdown(acc, "runs/x");
-  EXPECT_NE(md.find("**45.9%** of 170.0 s"), std::string::npos) << md;
+  EXPECT_NE(md.find("**51.8%** of 170.0 s"), std::string::npos) << md;
   EXPECT_NE(md.find("| work lost | 20.00 | 11.8 |"), std::string::npos) << md;
-  // Lifetime 1 alone: (60 - 10 - 20) / 100; lifetime 2: 48 / 70.
-  EXPECT_NE(md.find("| 1 | job |  | 1970-01-01 00:16:40 | 100.00 | killed | 0..60 | - | 20 | 20.00 | 5.00 | 60.00 | 10.00 | 4.00 | 6.00 | 30.0 |"),
+  // Lifetime 1 alone: (70 - 10 - 20) / 100; lifetime 2: 48 / 70.
+  EXPECT_NE(md.find("| 1 | job |  | 1970-01-01 00:16:40 | 100.00 | killed | 0..60 | - | 20 | 20.00 | 5.00 | 70.00 | 10.00 | 4.00 | 6.00 | 40.0 |"),
             std::string::npos) << md;
   EXPECT_NE(md.find("| 0 | 40..100 | 40 | 0 | 0.00 | 12.00 | 48.00 | 0.00 | 0.00 | 3.00 | 68.6 |"), std::string::npos) << md;
   const std::string svg = report::goodput_svg(acc, "runs/x");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
-  EXPECT_NE(svg.find("45.9%"), std::string::npos);
+  EXPECT_NE(svg.find("51.8%"), std::string::npos);
 }
 
 TEST(Goodput, RecordsRoundTrip) {
@@ -132,7 +134,7 @@ TEST(Goodput, AKilledLifetimeIsClosedByTheNextAndItsWorkAfterTheCheckpointIsLost
   {
     train::GoodputLog second(dir.string(), 40);
     EXPECT_EQ(second.record().work_lost_steps, 20);
-    EXPECT_DOUBLE_EQ(second.record().work_lost_s, 10.0);
+    EXPECT_DOUBLE_EQ(second.record().work_lost_s, 20 * (30.0 - 6.0) / 60);  // compute per step: 0.4 s
     second.first_step_starts();
     second.close(3, {80, 20.0, 0.0, 0.0, 1.0});
   }
@@ -151,16 +153,54 @@ TEST(Goodput, AKilledLifetimeIsClosedByTheNextAndItsWorkAfterTheCheckpointIsLost
   EXPECT_EQ(acc.lifetimes[2].exit_code, std::optional<int>(0));
   EXPECT_EQ(acc.steps_trained, 60 + 40 + 20);
   EXPECT_EQ(acc.work_lost_steps, 20);
-  EXPECT_DOUBLE_EQ(acc.productive_s, (30.0 - 6.0) + 20.0 + 10.0 - 10.0);
+  EXPECT_DOUBLE_EQ(acc.productive_s, (30.0 - 6.0) + 20.0 + 10.0 - 8.0);
   EXPECT_DOUBLE_EQ(acc.checkpoint_s, 2.0 + 1.0 + 1.0);
   for (const auto& l : acc.lifetimes) EXPECT_GE(l.wall_s(), 0.0);
 
-  // A fresh start into the same folder (no checkpoint to resume): everything trained before is
-  // trained again.
+  // A fresh start into the same folder (no checkpoint to resume): every step still kept is
+  // trained again, each at the compute time of the lifetime that trained it: 0..40 at 0.4 s,
+  // 40..80 at 0.5 s, 80..100 at 0.5 s.
   train::GoodputLog fresh(dir.string(), 0);
   EXPECT_EQ(fresh.record().work_lost_steps, 100);
-  EXPECT_DOUBLE_EQ(fresh.record().work_lost_s, 100 * 0.5);  // the last lifetime's mean step
+  EXPECT_DOUBLE_EQ(fresh.record().work_lost_s, 40 * 0.4 + 40 * 0.5 + 20 * 0.5);
   fs::remove_all(dir);
+}
+
+// A lifetime killed before its first checkpoint, then a fresh start: all of the first one's steps
+// are lost, and its productive time is nothing, never less (its data waits stay data waits).
+TEST(Goodput, AllStepsLostLeaveNoProductiveTimeNotANegativeOne) {
+  auto killed = lifetime(0, 5, std::nullopt, 0, 200, 4.0);
+  killed.data_wait_s = 0.2;
+  auto fresh = lifetime(10, 11, 0, 0, 5, 0.1);
+  const auto acc = report::account_goodput({killed, fresh});
+  EXPECT_EQ(acc.lost_steps_of, (std::vector<int64_t>{200, 0}));
+  EXPECT_DOUBLE_EQ(acc.lost_s_of[0], 3.8);
+  EXPECT_DOUBLE_EQ(acc.productive_s, 0.1);
+  EXPECT_DOUBLE_EQ(acc.data_wait_s, 0.2);
+  const std::string md = report::goodput_markdown(acc, "x");
+  EXPECT_NE(md.find("| 200 | 3.80 |"), std::string::npos) << md;
+  EXPECT_FALSE(std::regex_search(md, std::regex(R"((\| |\*\*)-[0-9])"))) << md;  // no negative figure anywhere
+}
+
+// Lost steps belong to the lifetime that trained them, also when a later start goes back past
+// the lifetime just before it: 80..90, then 90..90 (nothing trained), then a resume from 80.
+TEST(Goodput, StepsLostAreChargedToTheLifetimeThatTrainedThem) {
+  auto first = lifetime(0, 10, 0, 0, 80, 8.0);
+  auto second = lifetime(20, 30, 0, 80, 90, 2.0);
+  second.resumed_from_step = 80;
+  auto third = lifetime(40, 42, 0, 90, 90, 0.0);
+  third.resumed_from_step = 90;
+  auto fourth = lifetime(50, 60, 0, 80, 100, 4.0);
+  fourth.resumed_from_step = 80;
+  const report::LostWork lost = report::lost_work({first, second, third, fourth});
+  EXPECT_EQ(lost.of_steps, (std::vector<int64_t>{0, 10, 0, 0}));
+  EXPECT_EQ(lost.of_s, (std::vector<double>{0, 2.0, 0, 0}));
+  EXPECT_EQ(lost.by_steps, (std::vector<int64_t>{0, 0, 0, 10}));  // the resume from 80 made them lost
+  // A fresh start after all four: first's 80, fourth's 20 (second's 10 were lost already).
+  const report::LostWork again = report::lost_work({first, second, third, fourth, lifetime(70, 71, 0, 0, 0, 0.0)});
+  EXPECT_EQ(again.of_steps, (std::vector<int64_t>{80, 10, 0, 20, 0}));
+  EXPECT_EQ(again.by_steps.back(), 100);
+  EXPECT_DOUBLE_EQ(again.by_s.back(), 80 * 0.1 + 20 * 0.2);
 }
 
 TEST(Goodput, ExitCodesOfExceptions) {
