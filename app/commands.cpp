@@ -130,7 +130,7 @@ void print_usage() {
       "  trident report SWEEP_DIR [--out DIR] [--rank-by test_accuracy|test_loss]  a jobs/sweep.slurm sweep, ranked\n"
       "  trident --version | --help\n\n"
       "exit codes: 0 success, 2 bad input (deck, dataset, layout, checkpoint; one message), 3 stopped by\n"
-      "SIGUSR1/SIGTERM after a checkpoint was committed (requeue me), 4 training diverged (NaN/Inf gradient),\n"
+      "SIGUSR1/SIGTERM/SIGINT after a checkpoint was committed (requeue me), 4 training diverged (NaN/Inf gradient),\n"
       "1 a fault (the job aborts) or a checkpoint that could not be written\n",
       TRIDENT_VERSION);
 }

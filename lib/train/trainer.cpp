@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <ctime>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/cuda_runtime.hpp"
@@ -50,14 +51,36 @@ double replica_mean(Trainer::State& s, double last_stage_value) {
 }
 
 namespace {
-// Set by SIGUSR1 / SIGTERM (SLURM's --signal=B:USR1@N, preemption); acted on at a step boundary.
+// Set by SIGUSR1 / SIGTERM (SLURM's --signal=B:USR1@N, preemption) and SIGINT (Ctrl-C); acted on
+// at a step boundary.
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int signal) { g_stop_signal = signal; }
+volatile std::sig_atomic_t g_first_interrupt_s = -1;  // CLOCK_MONOTONIC seconds of the first SIGINT
+
+int monotonic_seconds() {  // clock_gettime is async-signal-safe
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int>(now.tv_sec);
+}
+
+extern "C" void on_stop_signal(int signal) {
+  if (signal == SIGINT) {
+    // Ctrl-C again, a second or more after the first, does not wait for the save: the process
+    // ends as by default. (mpiexec passes a terminal's Ctrl-C on to ranks that got it already.)
+    if (g_first_interrupt_s >= 0 && monotonic_seconds() - g_first_interrupt_s >= 1) {
+      std::signal(SIGINT, SIG_DFL);
+      std::raise(SIGINT);
+      return;
+    }
+    if (g_first_interrupt_s < 0) g_first_interrupt_s = monotonic_seconds();
+  }
+  g_stop_signal = signal;
+}
 }  // namespace
 
 void catch_stop_signals() {
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
 }
 
 namespace {
@@ -261,7 +284,7 @@ Result already_trained(Trainer::State& s) {
 
 // What happens at a step boundary, agreed by every rank: log (every run.log_every steps and the
 // last), save (checkpoint.every_steps, checkpoint.every_minutes by rank 0's clock, a stop
-// signal; never the last step, which the end of the run saves), stop (SIGUSR1/SIGTERM on any
+// signal; never the last step, which the end of the run saves), stop (SIGUSR1/SIGTERM/SIGINT on any
 // rank), commit (checkpoint.async: every rank's writer has finished the save in flight). One
 // small all-reduce per step, on the host.
 struct StepBoundary {

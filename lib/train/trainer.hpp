@@ -24,8 +24,9 @@ struct Result {
   std::vector<double> logged_grad_norms;                   // before clipping, same steps
 };
 
-// SIGUSR1 and SIGTERM (SLURM's --signal before a time limit, preemption) stop a run at its next
-// step boundary: it checkpoints and exits 3 (requeue me). trident train installs this before
+// SIGUSR1 and SIGTERM (SLURM's --signal before a time limit, preemption), and SIGINT (Ctrl-C),
+// stop a run at its next step boundary: it checkpoints and exits 3 (requeue me); a second
+// Ctrl-C a second or more later ends the process at once. trident train installs this before
 // MPI_Init, so a signal during the start-up of a requeued job is held too, not fatal; the
 // Trainer again (after anything MPI set up).
 void catch_stop_signals();

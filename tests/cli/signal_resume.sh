@@ -7,6 +7,8 @@
 # every 10 steps in the background, its writer slowed (TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS), so
 # that the signal finds a save in flight: the stop commits that one, then saves its own step. A
 # signal before MPI_Init (TRIDENT_TEST_SIGNAL_AT_LAUNCH) stops the run after its first step.
+# Ctrl-C (SIGINT to mpiexec and the ranks) stops a run the same way; a second one a second later
+# ends a rank at once.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set data.prefetch=0)
@@ -60,4 +62,43 @@ set -e
 grep -q "stopped by a signal after step 1;" early.log || fail "no stop after the first step ($(tail -3 early.log))"
 [ "$(cat runs/early/checkpoints/latest)" = step_0000001.h5 ] || fail "latest does not name step 1"
 echo "signal before MPI_Init: exit 3, step 1 checkpointed"
+
+# Ctrl-C in a terminal: SIGINT to the whole process group, mpiexec and the ranks (which then get
+# it a second time from mpiexec, at once). The run stops as for SIGUSR1: checkpoint, ranks exit 3
+# (Hydra's mpiexec itself then exits 0 after a Ctrl-C it passed on; srun passes the 3 on).
+setsid "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/interrupted "${args[@]}" \
+  --set run.max_steps=100000 >interrupted.log 2>&1 &
+launcher=$!
+for _ in $(seq 300); do grep -q "step 20/100000" interrupted.log 2>/dev/null && break; sleep 0.1; done
+kill -INT -- "-$(ps -o pgid= "$launcher" | tr -d ' ')"
+set +e
+wait "$launcher"
+rc=$?
+set -e
+tail -3 interrupted.log
+[ "$rc" = 0 ] || [ "$rc" = 3 ] || fail "exit code $rc after Ctrl-C"
+grep -q "stopped by a signal after step" interrupted.log || fail "no stop message after Ctrl-C"
+stop=$(grep -o "stopped by a signal after step [0-9]*" interrupted.log | grep -o "[0-9]*$")
+[ "$(cat runs/interrupted/checkpoints/latest)" = "step_$(printf %07d "$stop").h5" ] || fail "Ctrl-C: latest is not step $stop"
+"$trident" inspect "runs/interrupted/checkpoints/step_$(printf %07d "$stop").h5" | grep -q "every block verified" \
+  || fail "Ctrl-C: the stop's checkpoint does not verify"
+echo "Ctrl-C: stopped after step $stop, checkpoint committed"
+
+# A second Ctrl-C a second or more after the first does not wait for the save: the rank (here
+# held in its start-up for 20 s) ends at once, as by SIGINT's default.
+TRIDENT_TEST_STARTUP=0:busy=20 "$trident" train /dev/null --set run.output_dir=runs/twice "${args[@]}" >twice.log 2>&1 &
+rank=$!
+for _ in $(seq 300); do grep -q "busy for" twice.log 2>/dev/null && break; sleep 0.1; done
+start=$(date +%s)
+kill -INT "$rank"
+sleep 1.5
+kill -0 "$rank" 2>/dev/null || fail "the first Ctrl-C ended the rank at once: $(tail -3 twice.log)"
+kill -INT "$rank"
+set +e
+wait "$rank"
+rc=$?
+set -e
+[ "$rc" = 130 ] || fail "exit code $rc after a second Ctrl-C, expected 130 (SIGINT): $(tail -3 twice.log)"
+[ $(( $(date +%s) - start )) -lt 10 ] || fail "the second Ctrl-C did not end the rank at once"
+echo "a second Ctrl-C: ended at once (exit 130)"
 echo PASS
