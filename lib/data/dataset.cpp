@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -15,10 +16,12 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
   auto bad = [&](const std::string& what) { fatal_all(fmt::format("data.path {}: {}", path, what)); };
+  if (std::filesystem::is_directory(path)) bad("a folder, not a dataset file");
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
     std::fclose(f);
   } else {
-    bad("cannot open the file (make one with: trident prepare-data fashion-mnist --out " + path + ")");
+    bad(fmt::format("cannot open the file (make one with: trident prepare-data {} --out {})",
+                    tokens() ? "text" : "fashion-mnist", path));
   }
   if (!hdf5::is_hdf5_file(path)) bad("not an HDF5 file");
   file_ = hdf5::Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
@@ -71,10 +74,17 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
 void SplitReader::open_tokens() {
   auto bad = [&](const std::string& what) { fatal_all(fmt::format("data.path {}: {}", path_, what)); };
   const std::string name = "/" + split_ + "/tokens";
-  if (!hdf5::link_exists(file_, name))
+  if (!hdf5::link_exists(file_, name)) {
+    // Never suggest writing over a file that holds other data (prepare-data replaces it).
+    if (hdf5::link_exists(file_, "/" + split_ + "/inputs"))
+      bad(fmt::format("dataset {} is missing: this is an image dataset (/{}/inputs), and model.kind = gpt trains on "
+                      "tokens (train it with model.kind = mlp or cnn, or make a token file beside it with: trident "
+                      "prepare-data text --out tokens.h5)",
+                      name, split_));
     bad(fmt::format("dataset {} is missing: model.kind = gpt trains on tokens (make them with: trident prepare-data "
                     "text --out {})",
                     name, path_));
+  }
   tokens_ = hdf5::Hid(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
   const auto shape = hdf5::dataset_shape(tokens_);
   if (shape.size() != 1) bad(fmt::format("{} must be 1-D (has rank {})", name, shape.size()));
