@@ -102,7 +102,7 @@ config::Environment cuda_environment(int world_size) {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   if (!comm::cuda_built())
     env.no_cuda_reason = fmt::format("this trident was built without CUDA (LibTorch {} for the CPU; the README's "
-                                     "'Building against a CUDA LibTorch' builds the GPU flavour)",
+                                     "'Against a CUDA LibTorch (GPU nodes)' builds the GPU flavour)",
                                      TORCH_VERSION);
   else
     env.no_cuda_reason = fmt::format("no GPU is visible on {} ({})", host,
@@ -200,7 +200,7 @@ int prepare_data_command(int argc, char** argv) {
       "fashion-mnist: folder of the IDX .gz files (default /usr/share/datasets/fashion-mnist, Debian package "
       "dataset-fashion-mnist); text: a text file or a folder of them (default /usr/share/games/fortunes, Debian "
       "package fortunes)")(
-      "test-fraction", po::value<double>(&test_fraction)->default_value(test_fraction),
+      "test-fraction", po::value<double>(&test_fraction)->default_value(test_fraction, fmt::format("{}", test_fraction)),
       "text: the last fraction of each file that goes to /test")(
       "tokens", po::value<int64_t>(&tokens.train_tokens),
       "synthetic: write a token dataset of this many training tokens (instead of images)")(
@@ -211,7 +211,7 @@ int prepare_data_command(int argc, char** argv) {
       "test", po::value<int64_t>(&spec.test)->default_value(spec.test), "synthetic: test samples")(
       "classes", po::value<int64_t>(&spec.classes)->default_value(spec.classes), "synthetic: classes")(
       "shape", po::value<std::string>(&shape)->default_value(shape), "synthetic: sample shape CxHxW")(
-      "noise", po::value<double>(&spec.noise)->default_value(spec.noise), "synthetic: noise standard deviation")(
+      "noise", po::value<double>(&spec.noise)->default_value(spec.noise, fmt::format("{}", spec.noise)), "synthetic: noise standard deviation")(
       "seed", po::value<uint64_t>(&spec.seed)->default_value(spec.seed), "synthetic: seed");
   po::positional_options_description positional;
   positional.add("kind", 1);

@@ -23,17 +23,20 @@ here=$(cd "$(dirname "$0")" && pwd)
 links=4
 script=$here/ddp_2nodes.slurm
 sbatch_args=()
+usage() { echo "usage: restart_chain.sh [-n N] [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set ...]" >&2; exit 2; }
+# An option that takes a value must have one (not the end of the line).
+needs_value() { [ "$2" -ge 2 ] || { echo "restart_chain.sh: $1 wants a value" >&2; usage; }; }
 while [ $# -gt 0 ]; do
   case $1 in
-    -n) links=$2; shift 2 ;;
-    -j) script=$2; shift 2 ;;
+    -n) needs_value "$1" $#; links=$2; shift 2 ;;
+    -j) needs_value "$1" $#; script=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --signal*) echo "restart_chain.sh: give the signal's lead as SIGNAL_S=N (the chain asks for --signal=B:USR1@N itself and tells trident)" >&2; exit 2 ;;
     *) sbatch_args+=("$1"); shift ;;
   esac
 done
-[ $# -gt 0 ] || { echo "usage: restart_chain.sh [-n N] [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set ...]" >&2; exit 2; }
+[ $# -gt 0 ] || usage
 [[ $links =~ ^[1-9][0-9]*$ ]] || { echo "restart_chain.sh: -n wants a positive count, got '$links'" >&2; exit 2; }
 [ -r "$script" ] || { echo "restart_chain.sh: no job script $script" >&2; exit 2; }
 

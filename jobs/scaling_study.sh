@@ -36,15 +36,20 @@ usage() {
   echo "e.g.:  $me --ranks 1,2,4 --time=00:20:00 -- $deck --set run.max_steps=200   ($me --help: every option)" >&2
   exit 2
 }
+# An option that takes a value must have one (not the end of the line).
+needs_value() { [ "$2" -ge 2 ] || { echo "$me: $1 wants a value" >&2; usage; }; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --kind) kind=$2; shift 2 ;;
-    --ranks) ranks=$2; shift 2 ;;
-    --tasks-per-node) tpn=$2; shift 2 ;;
-    --study) study=$2; shift 2 ;;
-    --per-rank-batch) per_rank=$2; shift 2 ;;
+    --kind) needs_value "$1" $#
+            # strong_scaling.sh / weak_scaling.sh pass their own --kind first.
+            [ -z "$kind" ] || [ "$kind" = "$2" ] || { echo "$me: the kind is $kind here (jobs/${2}_scaling.sh runs $2 studies)" >&2; exit 2; }
+            kind=$2; shift 2 ;;
+    --ranks) needs_value "$1" $#; ranks=$2; shift 2 ;;
+    --tasks-per-node) needs_value "$1" $#; tpn=$2; shift 2 ;;
+    --study) needs_value "$1" $#; study=$2; shift 2 ;;
+    --per-rank-batch) needs_value "$1" $#; per_rank=$2; shift 2 ;;
     --serial) serial=1; shift ;;
-    -j) script=$2; shift 2 ;;
+    -j) needs_value "$1" $#; script=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) sbatch_args+=("$1"); shift ;;
