@@ -112,7 +112,8 @@ std::string a_value_of(const FieldAccess& field) {
   const std::string& type = field.info.type;
   if (type == "integer") return "an integer";
   if (type == "number") return "a finite number";
-  return type;  // "true or false", "text"
+  if (type == "true or false") return "true or false (yes/no, on/off and 1/0 are read too)";
+  return type;  // "text"
 }
 
 // Line of `key = ...` inside `[section]` of an INI text, for messages; 0 if not found.
@@ -136,6 +137,46 @@ int line_of_key(const std::string& text, const std::string& name) {
 std::string where(const std::string& source, const std::string& text, const std::string& name) {
   const int line = line_of_key(text, name);
   return line > 0 ? fmt::format("{}:{}", source, line) : source;
+}
+
+// Every line of a deck as Boost.Program_options reads it ('#' to the end of a line is a comment,
+// "[section]", "key = value"), checked before Boost reads it, which stops at the first problem:
+// each broken line is named with its number, so one pass over the deck lists them all.
+void check_lines(const std::string& text, const std::string& source, std::vector<std::string>& errors) {
+  std::istringstream in(text);
+  std::string line, section;
+  std::map<std::string, int> first_line_of;
+  for (int n = 1; std::getline(in, line); ++n) {
+    std::string t = line.substr(0, line.find('#'));
+    t = trim(t);
+    if (t.empty()) continue;
+    if (t.front() == '[' && t.back() == ']') {
+      section = t.substr(1, t.size() - 2);
+      continue;
+    }
+    const auto eq = t.find('=');
+    if (eq == std::string::npos) {
+      errors.push_back(fmt::format("{}:{}: syntax error: the line '{}' is not 'key = value', a [section] or a # comment",
+                                   source, n, t));
+      continue;
+    }
+    const std::string key = trim(t.substr(0, eq));
+    const std::string name = section.empty() ? key : section + "." + key;
+    if (find_field(name)) {
+      const auto [first, inserted] = first_line_of.emplace(name, n);
+      if (!inserted)
+        errors.push_back(fmt::format("{}:{}: key '{}' is given more than once (first on line {})", source, n, name,
+                                     first->second));
+    } else if (section.empty()) {
+      std::string home;  // the section a key of this name belongs to, when there is one
+      for (const auto& f : accessors())
+        if (f.info.key == key) home = home.empty() ? f.info.section : "?";
+      errors.push_back(fmt::format("{}:{}: key '{}' comes before any [section]{}", source, n, key,
+                                   home.empty() || home == "?" ? "" : fmt::format(" (it belongs under [{}])", home)));
+    } else {
+      errors.push_back(fmt::format("{}:{}: unknown key '{}' (trident train --help-deck lists every key)", source, n, name));
+    }
+  }
 }
 
 [[noreturn]] void throw_all(const std::string& source, const std::vector<std::string>& errors) {
@@ -180,9 +221,11 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
   for (const auto& f : accessors())
     description.add_options()(f.info.name().c_str(), po::value<std::string>(), f.info.help.c_str());
 
+  check_lines(text, source, errors);
+  if (!errors.empty()) throw_all(source, errors);
   po::variables_map values;
   std::istringstream stream(text);
-  try {
+  try {  // what check_lines let through: Boost should find nothing more
     po::store(po::parse_config_file(stream, description, /*allow_unregistered=*/false), values);
   } catch (const po::unknown_option& e) {
     const std::string name = e.get_option_name();

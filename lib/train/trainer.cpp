@@ -518,9 +518,12 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
   summary.watchdog_timeout_s = s.watchdog->enabled() ? s.deck.run.fail_timeout_s : 0.0;
   summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());
   if (s.conn.world.rank == 0) report::write_report_json(s.deck.run.output_dir + "/report.json", summary);
-  log::info("done: {} steps in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
-            s.stage.total_steps, s.times.total, result.samples_per_s, 100.0 * result.test_accuracy,
-            s.deck.run.output_dir);
+  const int64_t first = s.restored.start_step;  // a resumed run trained only the steps after it
+  log::info("done: {} in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
+            first > 0 ? fmt::format("steps {}..{} ({} trained after resuming)", first, s.stage.total_steps,
+                                    s.stage.total_steps - first)
+                      : fmt::format("{} steps", s.stage.total_steps),
+            s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, s.deck.run.output_dir);
 }
 
 // The run's training: each epoch's steps, an evaluation after each epoch, then the saved model and

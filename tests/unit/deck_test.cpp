@@ -92,15 +92,33 @@ TEST(Deck, WrongTypeNamesKeyAndExpectedType) {
 
 TEST(Deck, SyntaxErrorAndDuplicateKey) {
   EXPECT_NE(bad_input_message([] { parse_deck_text("[run]\nthis line has no equals sign\n", "d.ini", {}); })
-                .find("syntax error: the deck contains an invalid line 'this line has no equals sign'"),
+                .find("d.ini:2: syntax error: the line 'this line has no equals sign' is not 'key = value'"),
             std::string::npos);
   // Boost's own message for this line never finishes substituting it into itself.
   EXPECT_NE(bad_input_message([] { parse_deck_text("[run]\nx %invalid_line% y\n", "d.ini", {}); })
-                .find("invalid line 'x %invalid_line% y'"),
+                .find("the line 'x %invalid_line% y'"),
             std::string::npos);
   EXPECT_NE(bad_input_message([] { parse_deck_text("[run]\nseed = 1\nseed = 2\n", "d.ini", {}); })
-                .find("more than once"),
+                .find("d.ini:3: key 'run.seed' is given more than once (first on line 2)"),
             std::string::npos);
+}
+
+// Every broken line of a deck is listed with its number in one message, not only the first
+// (Boost stops at the first): a section line without its bracket, a "key: value" line, a key
+// before any section (with the section it belongs to), and each key of an unknown section.
+TEST(Deck, EveryBrokenLineIsListedWithItsNumber) {
+  const std::string msg = bad_input_message([] {
+    parse_deck_text("lr = 1e-3\n[optim\nlr: 2e-3\n[optimizer]\nlr = 1\nmomentum = 0.9  # a comment\n[run]\nseed = 1\n",
+                    "d.ini", {});
+  });
+  EXPECT_NE(msg.find("bad deck d.ini: 5 errors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d.ini:1: key 'lr' comes before any [section] (it belongs under [optim])"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d.ini:2: syntax error: the line '[optim'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d.ini:3: syntax error: the line 'lr: 2e-3'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d.ini:5: unknown key 'optimizer.lr'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d.ini:6: unknown key 'optimizer.momentum'"), std::string::npos) << msg;
+  // A fully named key before any section is read as Boost reads it.
+  EXPECT_DOUBLE_EQ(parse_deck_text("optim.lr = 0.5\n[run]\nseed = 3\n", "d.ini", {}).optim.lr, 0.5);
 }
 
 TEST(Deck, BadOverride) {
