@@ -26,8 +26,14 @@ std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, co
   if (layers < pp)
     fatal_all(fmt::format("parallel.pp: {} stages, but the model has only {} layers", pp, layers));
   if (!boundaries.empty()) {
+    if (pp == 1)
+      fatal_all(fmt::format("parallel.boundaries: {} cut the model into pipeline stages, but parallel.pp = 1 (no "
+                            "pipeline): leave them out, or set parallel.pp = {}",
+                            fmt::join(boundaries, ","), boundaries.size() + 1));
     if (static_cast<int>(boundaries.size()) != pp - 1)
-      fatal_all(fmt::format("parallel.boundaries: {} boundaries given, {} stages need {}", boundaries.size(), pp, pp - 1));
+      fatal_all(fmt::format("parallel.boundaries: {} given, but parallel.pp = {} stages need {} (the first layer of "
+                            "each stage after the first)",
+                            boundaries.size(), pp, pp - 1));
     std::vector<int> first{0};
     for (int b : boundaries) {
       if (b <= first.back() || b >= layers)
