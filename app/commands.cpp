@@ -141,7 +141,8 @@ int train_command(int argc, char** argv) {
       "deck", po::value<std::string>(), "input deck (INI)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a deck key: --set optim.lr=3e-4")(
       "resume", po::value<std::string>()->default_value("auto"),
-      "auto (the newest valid checkpoint in output_dir/checkpoints, if any) | never | PATH");
+      "auto (the newest valid checkpoint in output_dir/checkpoints, if any) | never | a checkpoint file | "
+      "a checkpoints or run folder (its newest valid checkpoint) | a checkpoints/latest file");
   po::positional_options_description positional;
   positional.add("deck", 1);
 

@@ -873,22 +873,13 @@ std::string describe(const std::string& path, std::string& problem) {
   return out;
 }
 
-std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note, MPI_Comm comm) {
-  if (mode == "never") {
-    note = "--resume never: starting fresh";
-    return "";
-  }
-  if (mode.empty()) fatal_all("--resume '': give auto, never or a checkpoint file");
-  if (mode != "auto") {
-    const std::string problem = verify_collective(mode, comm);
-    if (!problem.empty()) fatal_all(problem);
-    note = "resuming from " + mode;
-    return mode;
-  }
-  // Rank 0 lists the candidates (every rank then checks the same ones, in the same order).
+namespace {
+
+// `latest` in `dir` if it verifies, else the newest step_*.h5 that does; "" when none does, with
+// `skipped` saying why each was passed over. Rank 0 lists the candidates; every rank then checks
+// the same ones, in the same order. Collective.
+std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std::string& skipped) {
   std::string listing;
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
   if (rank == 0) {
     if (std::ifstream in(dir + "/latest"); in) {
       std::string name;
@@ -899,20 +890,62 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
     for (auto name = saved.rbegin(); name != saved.rend(); ++name) listing += dir + "/" + *name + "\n";  // newest first
   }
   std::istringstream candidates(comm::broadcast(comm, listing));
-  std::string skipped;
   std::vector<std::string> tried;  // `latest` names one of the step files too
   for (std::string c; std::getline(candidates, c);) {
     if (std::find(tried.begin(), tried.end(), c) != tried.end()) continue;
     tried.push_back(c);
     const std::string problem = verify_collective(c, comm);
-    if (problem.empty()) {
-      note = "--resume auto: resuming from " + c + skipped;
-      return c;
-    }
+    if (problem.empty()) return c;
     skipped += " (skipped " + problem + ")";
   }
-  note = "--resume auto: no valid checkpoint in " + dir + ", starting fresh" + skipped;
   return "";
+}
+
+}  // namespace
+
+std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note, MPI_Comm comm) {
+  if (mode == "never") {
+    note = "--resume never: starting fresh";
+    return "";
+  }
+  if (mode.empty()) fatal_all("--resume '': give auto, never or a checkpoint file");
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  std::string skipped;
+  if (mode == "auto") {
+    const std::string found = newest_verified(dir, comm, rank, skipped);
+    note = found.empty() ? "--resume auto: no valid checkpoint in " + dir + ", starting fresh" + skipped
+                         : "--resume auto: resuming from " + found + skipped;
+    return found;
+  }
+  // A checkpoint folder (or a run folder holding one) is read as --resume auto there, but must
+  // give a checkpoint; its `latest` file, as the checkpoint it names. Rank 0 decides, so every
+  // rank goes the same way.
+  std::string folder, file = mode;
+  if (rank == 0) {
+    std::error_code ec;
+    if (fs::is_directory(mode, ec)) {
+      const fs::path inside = fs::path(mode) / "checkpoints";
+      folder = step_files_in(mode).empty() && fs::is_directory(inside, ec) ? inside.string() : mode;
+    } else if (fs::path(mode).filename() == "latest" && !hdf5::is_hdf5_file(mode)) {
+      std::ifstream in(mode);
+      std::string name;
+      std::getline(in, name);
+      if (!name.empty()) file = (fs::path(mode).parent_path() / name).string();
+    }
+  }
+  folder = comm::broadcast(comm, folder);
+  file = comm::broadcast(comm, file);
+  if (!folder.empty()) {
+    const std::string found = newest_verified(folder, comm, rank, skipped);
+    if (found.empty()) fatal_all(fmt::format("--resume {}: no checkpoint in {} verifies{}", mode, folder, skipped));
+    note = fmt::format("--resume {}: resuming from {}{}", mode, found, skipped);
+    return found;
+  }
+  const std::string problem = verify_collective(file, comm);
+  if (!problem.empty()) fatal_all(problem);
+  note = "resuming from " + file + (file == mode ? "" : " (named by " + mode + ")");
+  return file;
 }
 
 }  // namespace trident::checkpoint

@@ -139,8 +139,10 @@ std::string verify_collective(const std::string& path, MPI_Comm comm);
 std::string describe(const std::string& path, std::string& problem);
 bool is_checkpoint(const std::string& path);
 
-// --resume: "never" -> ""; a path -> that file (must verify); "auto" -> `latest` if it
-// verifies, else the newest step_*.h5 that does, else "" (fresh start). `note` says which.
+// --resume: "never" -> ""; "auto" -> `latest` in `dir` if it verifies, else the newest
+// step_*.h5 there that does, else "" (fresh start); a checkpoint file -> that file (must
+// verify); a folder (a checkpoints folder, or a run folder holding one) -> as auto there, but a
+// checkpoint must be found; a `latest` file -> the file it names. `note` says which.
 // Collective: the ranks verify each candidate together.
 std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note, MPI_Comm comm);
 

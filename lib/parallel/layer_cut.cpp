@@ -1,6 +1,7 @@
 #include "parallel/layer_cut.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 
 #include <algorithm>
 #include <limits>

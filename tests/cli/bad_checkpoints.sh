@@ -68,4 +68,16 @@ left=$(cd runs/chain/checkpoints && echo step_*.h5)
 [ "$left" = "step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "checkpoints left: $left"
 "$trident" inspect runs/chain/checkpoints/step_0000003.h5 >/dev/null || fail "step 3 is damaged"
 [ "$(md5sum <runs/chain/checkpoints/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
+
+# --resume given a run folder, its checkpoints folder or its `latest` file: the newest checkpoint
+# that verifies there (step 5), or the one `latest` names; a folder with none is bad input.
+for from in runs/chain runs/chain/checkpoints runs/chain/checkpoints/latest; do
+  out=runs/from_$(echo "$from" | tr / _)
+  "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set run.max_steps=6 --set run.output_dir="$out" \
+    --resume "$from" >from.log 2>&1 || fail "--resume $from: $(tail -3 from.log)"
+  grep -q "resuming from runs/chain/checkpoints/step_0000005.h5" from.log || fail "--resume $from: $(grep -i resum from.log)"
+  [ "$(cat "$out/checkpoints/latest")" = step_0000006.h5 ] || fail "--resume $from did not train on to step 6"
+done
+mkdir -p runs/empty/checkpoints
+expect_bad empty_folder "resume runs/empty: no checkpoint in runs/empty/checkpoints verifies" --resume runs/empty
 echo PASS
