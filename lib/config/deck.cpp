@@ -510,6 +510,14 @@ std::string deck_help() {
   return out;
 }
 
+std::vector<std::string> changed_keys(const Deck& before, const Deck& after) {
+  std::vector<std::string> changed;
+  for (const auto& f : accessors())
+    if (const std::string was = f.get(before), now = f.get(after); was != now)
+      changed.push_back(fmt::format("{} {} -> {}", f.info.name(), was.empty() ? "''" : was, now.empty() ? "''" : now));
+  return changed;
+}
+
 std::string deck_to_ini(const Deck& deck) {
   std::string out, section;
   for (const auto& f : accessors()) {

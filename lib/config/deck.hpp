@@ -159,5 +159,7 @@ std::vector<std::pair<std::string, std::string>> deck_values(const Deck& deck);
 std::string deck_help();
 // The resolved deck as an INI file (printed by rank 0 at start).
 std::string deck_to_ini(const Deck& deck);
+// The keys whose values differ between two decks, as "section.key before -> after", in deck order.
+std::vector<std::string> changed_keys(const Deck& before, const Deck& after);
 
 }  // namespace trident::config

@@ -1,5 +1,6 @@
 // A Trainer's checkpoints: save_checkpoint at step boundaries, and restore(), the last of its
 // three construction steps (trainer_state.hpp).
+#include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -26,19 +27,27 @@ data::Range owned_range(const Connection& conn, const StageParts& st) {
   return parallel::ElementPartition(st.flat->numel(), conn.topology->dp()).range(conn.topology->dp_rank());
 }
 
-// AdamW's moments mean nothing to SGD and the reverse: a resume keeps the optimizer that wrote the
-// file (its resolved deck says which; a deck this trident cannot read is left to the tensor checks).
-void check_same_optimizer(const config::Deck& deck, const checkpoint::Meta& meta, const std::string& path) {
-  std::string written_with;
+// The deck the checkpoint was written with (its resolved deck), against this run's: AdamW's moments
+// mean nothing to SGD and the reverse, so a resume keeps the optimizer that wrote the file; other
+// changed keys are listed for the log (a changed run.seed changes the data order from here on).
+// A deck this trident cannot read is left to the tensor checks.
+std::string check_deck_changes(const config::Deck& deck, const checkpoint::Meta& meta, const std::string& path) {
+  config::Deck written;
   try {
-    written_with = config::parse_deck_text(meta.deck, path, {}).optim.name;
+    written = config::parse_deck_text(meta.deck, path, {});
   } catch (const BadInput&) {
-    return;
+    return "";
   }
-  if (written_with != deck.optim.name)
+  if (written.optim.name != deck.optim.name)
     fatal_all(fmt::format("checkpoint {}: written with optim.name = {}, this run's is {}: its optimizer state does not "
                           "carry over; resume with optim.name = {}, or start fresh with --resume never",
-                          path, written_with, deck.optim.name, written_with));
+                          path, written.optim.name, deck.optim.name, written.optim.name));
+  const std::vector<std::string> changed = config::changed_keys(written, deck);
+  if (changed.empty()) return "";
+  return fmt::format("deck keys changed since the checkpoint was written: {}{}", fmt::join(changed, ", "),
+                     written.run.seed != deck.run.seed
+                         ? " (run.seed sets the data order: from here on it is not the uninterrupted run's)"
+                         : "");
 }
 
 // Restores parameters, optimizer state, buffers and the step from `path`, whatever layout wrote it.
@@ -56,7 +65,7 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
       fatal_all(fmt::format("checkpoint {}: it is at step {}, beyond this run's {} steps (run.max_steps / "
                             "run.epochs); raise them or start fresh with --resume never", path, meta.step,
                             st.total_steps));
-    check_same_optimizer(deck, meta, path);
+    restored.deck_changes = check_deck_changes(deck, meta, path);
     reader.check_shapes("params", st.plan->placed_parameters());
     reader.check_shapes("buffers", st.plan->placed_buffers());
     const auto mine = st.plan->stage_parameters_placed(conn.topology->stage());

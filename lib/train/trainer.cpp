@@ -186,6 +186,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     s.restored = restore(s.deck, s.conn, s.stage, from);
     // Said once nothing more can refuse the run: bad input is its one message.
     if (s.conn.world.rank == 0 && !from.note.empty()) log::info("{}", from.note);
+    if (s.conn.world.rank == 0 && !s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
     s.retention = retention_of(s.deck, s.conn, s.restored.start_step);
   } catch (const BadInput&) {
     if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder

@@ -68,6 +68,7 @@ struct StageParts {
 struct Restored {
   int64_t start_step = 0;
   std::string resumed_from;  // "" for a fresh start
+  std::string deck_changes;  // the deck keys changed since the checkpoint was written ("" for none)
   double read_seconds = 0, bytes_read = 0;
 };
 

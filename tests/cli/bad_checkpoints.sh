@@ -76,6 +76,8 @@ for from in runs/chain runs/chain/checkpoints runs/chain/checkpoints/latest; do
   "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set run.max_steps=6 --set run.output_dir="$out" \
     --resume "$from" >from.log 2>&1 || fail "--resume $from: $(tail -3 from.log)"
   grep -q "resuming from runs/chain/checkpoints/step_0000005.h5" from.log || fail "--resume $from: $(grep -i resum from.log)"
+  grep -q "deck keys changed since the checkpoint was written: .*run.max_steps 5 -> 6" from.log \
+    || fail "--resume $from: the changed run.max_steps is not listed: $(grep -i 'deck keys' from.log)"
   [ "$(cat "$out/checkpoints/latest")" = step_0000006.h5 ] || fail "--resume $from did not train on to step 6"
 done
 mkdir -p runs/empty/checkpoints

@@ -121,6 +121,14 @@ TEST(Deck, EveryBrokenLineIsListedWithItsNumber) {
   EXPECT_DOUBLE_EQ(parse_deck_text("optim.lr = 0.5\n[run]\nseed = 3\n", "d.ini", {}).optim.lr, 0.5);
 }
 
+// What a resume lists as changed since its checkpoint: every key whose value differs, in deck order.
+TEST(Deck, ChangedKeysAreListedInDeckOrder) {
+  const auto before = parse_deck_text("[run]\nseed = 1\n[optim]\nlr = 1e-3\n", "a.ini", {});
+  const auto after = parse_deck_text("[run]\nseed = 7\n[optim]\nlr = 1e-3\n", "b.ini", {"optim.lr=2e-3"});
+  EXPECT_EQ(config::changed_keys(before, after), (std::vector<std::string>{"run.seed 1 -> 7", "optim.lr 0.001 -> 0.002"}));
+  EXPECT_TRUE(config::changed_keys(before, before).empty());
+}
+
 TEST(Deck, BadOverride) {
   EXPECT_NE(bad_input_message([] { parse_deck_text("", "d.ini", {"optim.nope=1"}); }).find("unknown key 'optim.nope'"),
             std::string::npos);
