@@ -258,10 +258,9 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
   if (conn.world.rank != 0) return retention;  // rank 0 commits and prunes
   retention.not_this_runs = checkpoint::step_files_after(checkpoint_dir(deck), start_step);
   if (!retention.not_this_runs.empty())
-    log::info("checkpoints: {} in {} {} of later steps than this run's start (step {}): not this run's, left as they "
-              "are and not counted by checkpoint.keep_last (a save of the same step replaces one)",
-              fmt::join(retention.not_this_runs, ", "), checkpoint_dir(deck),
-              retention.not_this_runs.size() == 1 ? "is" : "are", start_step);
+    log::info("checkpoints in {} of later steps than this run's start (step {}), not this run's: {}; left as they are "
+              "and not counted by checkpoint.keep_last (a save of the same step replaces one)",
+              checkpoint_dir(deck), start_step, fmt::join(retention.not_this_runs, ", "));
   return retention;
 }
 

@@ -1,14 +1,15 @@
 #include "train/trainer.hpp"
 
+#include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 #include <torch/torch.h>
 
 #include <chrono>
-#include <exception>
-#include <thread>
-
 #include <cmath>
 #include <csignal>
 #include <ctime>
+#include <exception>
+#include <filesystem>
+#include <thread>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/cuda_runtime.hpp"
@@ -162,6 +163,17 @@ void startup_fault_if_asked(int rank) {
   }
 }
 
+// A fresh start in a folder an earlier run wrote replaces that run's results: said, not done
+// silently (its checkpoints stay; see checkpoint::Retention).
+void say_what_a_fresh_start_replaces(const std::string& dir) {
+  std::vector<std::string> replaced;
+  for (const char* name : {"metrics.jsonl", "report.json"})
+    if (std::filesystem::exists(dir + "/" + name)) replaced.push_back(name);
+  if (!replaced.empty())
+    log::info("starting fresh in {}: {} of an earlier run there {} replaced", dir, fmt::join(replaced, " and "),
+              replaced.size() == 1 ? "is" : "are");
+}
+
 }  // namespace
 
 // Everything a run needs before its first step, in three steps that each return what they own
@@ -187,6 +199,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     // Said once nothing more can refuse the run: bad input is its one message.
     if (s.conn.world.rank == 0 && !from.note.empty()) log::info("{}", from.note);
     if (s.conn.world.rank == 0 && !s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
+    if (s.conn.world.rank == 0 && s.restored.start_step == 0) say_what_a_fresh_start_replaces(s.deck.run.output_dir);
     s.retention = retention_of(s.deck, s.conn, s.restored.start_step);
   } catch (const BadInput&) {
     if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder

@@ -62,8 +62,8 @@ grep -q "resuming from .*step_0000002.h5" resumed.log || fail "did not resume fr
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=5 \
   --set checkpoint.every_steps=10 >resumed2.log 2>&1 || fail "second resume: $(tail -3 resumed2.log)"
 grep -q "resuming from .*step_0000003.h5" resumed2.log || fail "did not resume from step 3: $(grep -i resum resumed2.log)"
-grep -q "step_0000004.h5 in .* is of later steps than this run's start (step 3): not this run's" resumed2.log \
-  || fail "the damaged step 4 was not named as another run's: $(grep -i checkpoints: resumed2.log)"
+grep -q "checkpoints in .* of later steps than this run's start (step 3), not this run's: step_0000004.h5;" resumed2.log \
+  || fail "the damaged step 4 was not named as another run's: $(grep -i 'checkpoints in' resumed2.log)"
 left=$(cd runs/chain/checkpoints && echo step_*.h5)
 [ "$left" = "step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "checkpoints left: $left"
 "$trident" inspect runs/chain/checkpoints/step_0000003.h5 >/dev/null || fail "step 3 is damaged"
@@ -80,6 +80,16 @@ for from in runs/chain runs/chain/checkpoints runs/chain/checkpoints/latest; do
     || fail "--resume $from: the changed run.max_steps is not listed: $(grep -i 'deck keys' from.log)"
   [ "$(cat "$out/checkpoints/latest")" = step_0000006.h5 ] || fail "--resume $from did not train on to step 6"
 done
+# --resume never in that folder: says it replaces the earlier run's results, leaves its
+# checkpoints (none counted by keep_last), and `latest` then names this run's.
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=2 --resume never \
+  >never.log 2>&1 || fail "--resume never: $(tail -3 never.log)"
+grep -q "starting fresh in runs/chain: metrics.jsonl and report.json of an earlier run there are replaced" never.log \
+  || fail "--resume never did not say what it replaces: $(grep -i fresh never.log)"
+grep -q "not this run's: step_0000003.h5, step_0000004.h5, step_0000005.h5;" never.log || fail "--resume never: $(grep -i 'checkpoints in' never.log)"
+left=$(cd runs/chain/checkpoints && echo step_*.h5)
+[ "$left" = "step_0000002.h5 step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "after --resume never: $left"
+[ "$(cat runs/chain/checkpoints/latest)" = step_0000002.h5 ] || fail "after --resume never, latest is $(cat runs/chain/checkpoints/latest)"
 mkdir -p runs/empty/checkpoints
 expect_bad empty_folder "resume runs/empty: no checkpoint in runs/empty/checkpoints verifies" --resume runs/empty
 echo PASS
