@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -329,9 +330,16 @@ int report_command(int argc, char** argv) {
       std::cout << options << "\n";
       return 0;
     }
+    // An option of another kind of report is a mistake, not something to ignore.
+    const bool kind_given = !vm["kind"].as<std::string>().empty(), rank_by_given = !vm["rank-by"].as<std::string>().empty();
     if (vm.count("goodput")) {
       const std::string run_dir = vm["goodput"].as<std::string>();
       if (vm.count("dirs")) throw BadInput("report: --goodput takes one run folder and no study folders");
+      if (kind_given || rank_by_given)
+        throw BadInput(fmt::format("report: --{} is for {}, not --goodput", kind_given ? "kind" : "rank-by",
+                                   kind_given ? "a scaling study" : "a sweep"));
+      if (!std::filesystem::is_directory(run_dir))
+        throw BadInput(fmt::format("report: --goodput {}: no such folder (give a run folder, run.output_dir)", run_dir));
       const auto account = report::load_goodput(run_dir);
       std::cout << report::goodput_markdown(account, run_dir);
       for (const auto& path : report::write_goodput(account, run_dir, vm.count("out") ? vm["out"].as<std::string>() : run_dir))
@@ -340,6 +348,7 @@ int report_command(int argc, char** argv) {
     }
     const auto dirs = vm.count("dirs") ? vm["dirs"].as<std::vector<std::string>>() : std::vector<std::string>{};
     if (dirs.size() == 1 && report::is_sweep_dir(dirs[0])) {  // jobs/sweep.slurm's folder: it holds sweep.txt
+      if (kind_given) throw BadInput(fmt::format("report: --kind is for a scaling study; {} is a sweep", dirs[0]));
       const auto sweep = report::load_sweep(dirs[0], vm["rank-by"].as<std::string>());
       std::cout << report::sweep_markdown(sweep);
       for (const auto& path : report::write_sweep(sweep, vm.count("out") ? vm["out"].as<std::string>() : dirs[0]))
@@ -347,6 +356,7 @@ int report_command(int argc, char** argv) {
       return 0;
     }
     if (dirs.empty() || !vm.count("out")) throw BadInput("report: give a study folder and --out DIR (see --help)");
+    if (rank_by_given) throw BadInput("report: --rank-by is for a sweep (a jobs/sweep.slurm folder), not a scaling study");
     const auto study = report::load_study(dirs, vm["kind"].as<std::string>());
     for (const auto& path : report::write_study(study, vm["out"].as<std::string>()))
       std::printf("report: wrote %s\n", path.c_str());
