@@ -11,36 +11,40 @@
 # a run resumed from it (a link damaged to point elsewhere gave exit 1 there).
 source "$(dirname "$0")/common.sh" "$1" "$2" 256
 size=$(stat -c %s syn.h5)
+# run_judged WHAT LOG FOLDER COMMAND...: COMMAND (output to LOG) must exit 0, or 2 with one error
+# line and FOLDER ("" for none) not written; sets rc.
+run_judged() {
+  local what=$1 log=$2 folder=$3
+  shift 3
+  set +e
+  "$@" >"$log" 2>&1
+  rc=$?
+  set -e
+  case $rc in
+    0) ;;
+    2) [ "$(grep -c 'trident: error' "$log")" = 1 ] || fail "$what: not one error line: $(cat "$log")"
+       [ -z "$folder" ] || [ ! -e "$folder" ] || fail "$what: refused, yet $folder was written" ;;
+    *) fail "$what: exit code $rc: $(tail -3 "$log")" ;;
+  esac
+}
+# damage OFFSET FILE: damaged.h5, a copy of FILE with byte OFFSET overwritten.
+damage() {
+  cp "$2" damaged.h5
+  printf '\377' | dd of=damaged.h5 bs=1 seek="$1" conv=notrunc status=none
+}
+args=(--set model.kind=mlp --set optim.global_batch=32 --set optim.micro_batch=32 --set run.threads=1)
+
 offsets=$(seq 0 16 2047; seq $((size - 1024)) 32 $((size - 1)))
 declare -A seen
 tried=0 refused_count=0
 for offset in $offsets; do
-  cp syn.h5 damaged.h5
-  printf '\377' | dd of=damaged.h5 bs=1 seek="$offset" conv=notrunc status=none
-  set +e
-  "$trident" inspect damaged.h5 >inspect.log 2>&1
-  rc=$?
-  set -e
+  damage "$offset" syn.h5
+  run_judged "inspect, byte $offset" inspect.log "" "$trident" inspect damaged.h5
   tried=$((tried + 1))
-  case $rc in
-    0) ;;
-    2) refused_count=$((refused_count + 1))
-       [ "$(grep -c 'trident: error' inspect.log)" = 1 ] || fail "inspect, byte $offset: not one error line: $(cat inspect.log)" ;;
-    *) fail "inspect, byte $offset: exit code $rc: $(tail -3 inspect.log)" ;;
-  esac
+  [ "$rc" != 2 ] || refused_count=$((refused_count + 1))
   if [ $((offset % 128)) = 0 ]; then
-    set +e
-    "$mpiexec" -n 1 "$trident" train /dev/null --set data.path=damaged.h5 --set model.kind=mlp --set run.max_steps=1 \
-      --set optim.global_batch=32 --set optim.micro_batch=32 --set run.threads=1 --set run.output_dir=runs/r$offset \
-      >train.log 2>&1
-    rc=$?
-    set -e
-    case $rc in
-      0) ;;
-      2) [ "$(grep -c 'trident: error' train.log)" = 1 ] || fail "train, byte $offset: not one error line"
-         [ ! -e "runs/r$offset" ] || fail "train, byte $offset: refused, yet runs/r$offset was written" ;;
-      *) fail "train, byte $offset: exit code $rc: $(tail -3 train.log)" ;;
-    esac
+    run_judged "train, byte $offset" train.log "runs/r$offset" "$mpiexec" -n 1 "$trident" train /dev/null "${args[@]}" \
+      --set data.path=damaged.h5 --set run.max_steps=1 --set run.output_dir="runs/r$offset"
     seen[$rc]=$(( ${seen[$rc]:-0} + 1 ))
   fi
 done
@@ -49,8 +53,7 @@ echo "train: ${seen[2]:-0} refused, ${seen[0]:-0} trained"
 [ "$refused_count" -gt 0 ] || fail "no damaged copy was refused: the bytes tried missed the structure"
 
 # ---- a checkpoint ----
-args=(--set data.path=syn.h5 --set model.kind=mlp --set optim.global_batch=32 --set optim.micro_batch=32
-      --set run.threads=1)
+args+=(--set data.path=syn.h5)
 "$mpiexec" -n 1 "$trident" train /dev/null "${args[@]}" --set run.max_steps=1 --set run.output_dir=runs/src \
   >src.log 2>&1 || fail "training the source checkpoint failed: $(tail -3 src.log)"
 good=runs/src/checkpoints/step_0000001.h5
@@ -62,31 +65,14 @@ offsets=$(seq 0 32 2047; for t in $tables; do [ "$t" -lt 8192 ] || seq $((t - 51
 declare -A ck_seen
 ck_tried=0 ck_refused=0
 for offset in $offsets; do
-  cp "$good" damaged.h5
-  printf '\377' | dd of=damaged.h5 bs=1 seek="$offset" conv=notrunc status=none
-  set +e
-  "$trident" inspect damaged.h5 >inspect.log 2>&1
-  rc=$?
-  set -e
+  damage "$offset" "$good"
+  run_judged "inspect, checkpoint byte $offset" inspect.log "" "$trident" inspect damaged.h5
   ck_tried=$((ck_tried + 1))
-  case $rc in
-    0) ! grep -q 'cannot be listed' inspect.log || fail "inspect, checkpoint byte $offset: exit 0 for a file it could not list" ;;
-    2) ck_refused=$((ck_refused + 1))
-       [ "$(grep -c 'trident: error' inspect.log)" = 1 ] || fail "inspect, checkpoint byte $offset: not one error line: $(cat inspect.log)" ;;
-    *) fail "inspect, checkpoint byte $offset: exit code $rc: $(tail -3 inspect.log)" ;;
-  esac
+  [ "$rc" != 2 ] || ck_refused=$((ck_refused + 1))
+  [ "$rc" != 0 ] || ! grep -q 'cannot be listed' inspect.log || fail "inspect, checkpoint byte $offset: exit 0 for a file it could not list"
   if [ $((ck_tried % 16)) = 1 ]; then
-    set +e
-    "$mpiexec" -n 1 "$trident" train /dev/null "${args[@]}" --set run.max_steps=2 --set run.output_dir=runs/c$offset \
-      --resume damaged.h5 >train.log 2>&1
-    rc=$?
-    set -e
-    case $rc in
-      0) ;;
-      2) [ "$(grep -c 'trident: error' train.log)" = 1 ] || fail "resume, checkpoint byte $offset: not one error line"
-         [ ! -e "runs/c$offset" ] || fail "resume, checkpoint byte $offset: refused, yet runs/c$offset was written" ;;
-      *) fail "resume, checkpoint byte $offset: exit code $rc: $(tail -3 train.log)" ;;
-    esac
+    run_judged "resume, checkpoint byte $offset" train.log "runs/c$offset" "$mpiexec" -n 1 "$trident" train /dev/null \
+      "${args[@]}" --set run.max_steps=2 --set run.output_dir="runs/c$offset" --resume damaged.h5
     ck_seen[$rc]=$(( ${ck_seen[$rc]:-0} + 1 ))
   fi
 done
