@@ -13,8 +13,9 @@
 # time limit gets SIGUSR1 a little before (--signal=B:USR1@SIGNAL_S, default 120 s; Slurm's timing
 # is coarse), passes it to the ranks, which checkpoint and exit 3; the next link takes over. A
 # link that is preempted or requeued by Slurm restarts itself, and the chain waits for it. The
-# link that finishes the training (exit 0) cancels the rest of the chain; so does bad input
-# (exit 2), which no retry can fix. All links share one job name (trident-chain-<time>), which
+# link that finishes the training (exit 0) cancels the rest of the chain; so does what no retry
+# can fix: bad input (exit 2: a deck, a layout the plan refuses, no trident) or a diverged run
+# (exit 4). All links share one job name (trident-chain-<time>), which
 # is how a link finds the rest of its chain.
 #
 # Prints the job ids, one per line (the first line is the first link).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # restart_chain.sh STATE SOURCE_DIR TRIDENT: jobs/restart_chain.sh -n 3. The first link is
 # stopped by SIGUSR1 (as a time limit's warning signal would), checkpoints and exits 3 without
-# requeueing; the second link (afterany) resumes and finishes; the third is cancelled.
+# requeueing; the second link (afterany) resumes and finishes; the third is cancelled. Then a
+# chain of hybrid.slurm jobs with a layout its plan refuses: the first link cancels the second.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" restart_chain
 export TRIDENT=$trident
 steps=4000
@@ -21,4 +22,18 @@ s=$(wait_job "${ids[2]}" 30)
 [ "$s" = CANCELLED ] || { show_job "${ids[2]}"; fail "link 3 ended $s, expected CANCELLED by link 2"; }
 [ -n "$(final_loss "$work/run/metrics.jsonl" $steps)" ] || fail "the chain did not reach step $steps"
 echo "link 1 exit 3, link 2 resumed and finished, link 3 cancelled, after $(elapsed)"
+
+# A layout the allocation cannot hold (3 pipeline stages on 2 ranks): hybrid.slurm's plan refuses
+# it (exit 2) before any rank starts, and the rest of the chain is cancelled then, not started
+# link after link to fail the same way.
+# shellcheck disable=SC2046
+mapfile -t bad < <("$src/jobs/restart_chain.sh" -n 2 -j "$src/jobs/hybrid.slurm" --ntasks-per-node=1 \
+                     --output="$work/bad-%j.out" -- $(tiny_args 40) --set parallel.pp=3 --set run.output_dir="$work/bad")
+[ ${#bad[@]} = 2 ] || fail "restart_chain.sh printed ${#bad[@]} job ids, expected 2"
+s=$(wait_job "${bad[0]}" 60)
+[ "$s" = FAILED ] && [ "$(field "${bad[0]}" ExitCode)" = 2:0 ] \
+  || { show_job "${bad[0]}"; fail "the bad layout's link 1 ended $s $(field "${bad[0]}" ExitCode), expected exit 2"; }
+s=$(wait_job "${bad[1]}" 30)
+[ "$s" = CANCELLED ] || { show_job "${bad[1]}"; cat "$work/bad-${bad[0]}.out"; fail "link 2 after a bad layout ended $s, expected CANCELLED"; }
+echo "a bad layout: link 1 exit 2 (plan), link 2 cancelled"
 echo PASS
