@@ -914,7 +914,13 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
   std::string skipped;
   if (mode == "auto") {
     const std::string found = newest_verified(dir, comm, rank, skipped);
-    note = found.empty() ? "--resume auto: no valid checkpoint in " + dir + ", starting fresh" + skipped
+    // Checkpoints that all fail verification are not "none": starting over would quietly throw
+    // the run away (and a chain would go on from step 0). The user decides.
+    if (found.empty() && !skipped.empty())
+      fatal_all(fmt::format("--resume auto: no checkpoint in {} verifies{}: resume from one with --resume PATH, or "
+                            "start over with --resume never",
+                            dir, skipped));
+    note = found.empty() ? "--resume auto: no checkpoint in " + dir + ", starting fresh"
                          : "--resume auto: resuming from " + found + skipped;
     return found;
   }

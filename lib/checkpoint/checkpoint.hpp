@@ -140,7 +140,8 @@ std::string describe(const std::string& path, std::string& problem);
 bool is_checkpoint(const std::string& path);
 
 // --resume: "never" -> ""; "auto" -> `latest` in `dir` if it verifies, else the newest
-// step_*.h5 there that does, else "" (fresh start); a checkpoint file -> that file (must
+// step_*.h5 there that does, else "" (fresh start) when there is none (bad input when there are
+// some and none verifies); a checkpoint file -> that file (must
 // verify); a folder (a checkpoints folder, or a run folder holding one) -> as auto there, but a
 // checkpoint must be found; a `latest` file -> the file it names. `note` says which.
 // Collective: the ranks verify each candidate together.

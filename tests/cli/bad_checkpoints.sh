@@ -90,6 +90,15 @@ grep -q "not this run's: step_0000003.h5, step_0000004.h5, step_0000005.h5;" nev
 left=$(cd runs/chain/checkpoints && echo step_*.h5)
 [ "$left" = "step_0000002.h5 step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "after --resume never: $left"
 [ "$(cat runs/chain/checkpoints/latest)" = step_0000002.h5 ] || fail "after --resume never, latest is $(cat runs/chain/checkpoints/latest)"
+# --resume auto where every checkpoint is damaged: bad input naming each, not a quiet fresh start.
+mkdir -p runs/all_damaged/checkpoints
+cp corrupt.h5 runs/all_damaged/checkpoints/step_0000004.h5
+echo step_0000004.h5 >runs/all_damaged/checkpoints/latest
+damaged_before=$(md5sum runs/all_damaged/checkpoints/*)
+expect_bad all_damaged "resume auto: no checkpoint in runs/all_damaged/checkpoints verifies \(skipped checkpoint .*step_0000004.h5: .*damaged.*\): resume from one with --resume PATH, or start over with --resume never" \
+  --set run.output_dir=runs/all_damaged
+[ "$(md5sum runs/all_damaged/checkpoints/*)" = "$damaged_before" ] || fail "all_damaged: its checkpoints changed"
+[ ! -e runs/all_damaged/metrics.jsonl ] || fail "all_damaged: refused, yet metrics.jsonl was written"
 mkdir -p runs/empty/checkpoints
 expect_bad empty_folder "resume runs/empty: no checkpoint in runs/empty/checkpoints verifies" --resume runs/empty
 echo PASS
