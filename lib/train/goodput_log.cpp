@@ -54,8 +54,12 @@ bool append_line(const std::string& path, const std::string& line) {
 
 double process_start_unix() { return g_process_start; }
 
-GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step)
+GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step, bool new_run)
     : jsonl_(output_dir + "/goodput.jsonl"), open_(output_dir + "/goodput.open.json") {
+  if (new_run) {
+    std::remove(open_.c_str());
+    std::remove(jsonl_.c_str());
+  }
   // A lifetime left open ended without a word: it joins the file as last written.
   if (std::ifstream in(open_); in) {
     std::string line;

@@ -22,9 +22,10 @@ struct GoodputProgress {
 class GoodputLog {
  public:
   // Closes the lifetime a previous process left open, then opens this one's, starting at step
-  // `start_step` (0 for a fresh start): the steps the previous lifetime trained beyond it are
-  // this one's work lost.
-  GoodputLog(const std::string& output_dir, int64_t start_step);
+  // `start_step` (0 for a fresh start): the steps earlier lifetimes trained beyond it are this
+  // one's work lost. `new_run` (--resume never): the records there are another run's and are
+  // replaced, as its metrics.jsonl and report.json are.
+  GoodputLog(const std::string& output_dir, int64_t start_step, bool new_run = false);
   GoodputLog(const GoodputLog&) = delete;
   GoodputLog& operator=(const GoodputLog&) = delete;
 

@@ -165,12 +165,15 @@ void startup_fault_if_asked(int rank) {
 
 // A fresh start in a folder an earlier run wrote replaces that run's results: said, not done
 // silently (its checkpoints stay; see checkpoint::Retention).
-void say_what_a_fresh_start_replaces(const std::string& dir) {
+// (goodput.jsonl too after --resume never; a fresh start of a chain that had no checkpoint yet
+// adds to it, its earlier lifetimes' steps counted as lost.)
+void say_what_a_fresh_start_replaces(const std::string& dir, bool new_run) {
   std::vector<std::string> replaced;
-  for (const char* name : {"metrics.jsonl", "report.json"})
-    if (std::filesystem::exists(dir + "/" + name)) replaced.push_back(name);
+  for (const char* name : {"metrics.jsonl", "report.json", "goodput.jsonl"})
+    if (std::filesystem::exists(dir + "/" + name) && (new_run || name != std::string("goodput.jsonl")))
+      replaced.push_back(name);
   if (!replaced.empty())
-    log::info("starting fresh in {}: {} of an earlier run there {} replaced", dir, fmt::join(replaced, " and "),
+    log::info("starting fresh in {}: {} of an earlier run there {} replaced", dir, fmt::join(replaced, ", "),
               replaced.size() == 1 ? "is" : "are");
 }
 
@@ -199,7 +202,9 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     // Said once nothing more can refuse the run: bad input is its one message.
     if (s.conn.world.rank == 0 && !from.note.empty()) log::info("{}", from.note);
     if (s.conn.world.rank == 0 && !s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
-    if (s.conn.world.rank == 0 && s.restored.start_step == 0) say_what_a_fresh_start_replaces(s.deck.run.output_dir);
+    s.restored.new_run = resume == "never";
+    if (s.conn.world.rank == 0 && s.restored.start_step == 0)
+      say_what_a_fresh_start_replaces(s.deck.run.output_dir, s.restored.new_run);
     s.retention = retention_of(s.deck, s.conn, s.restored.start_step);
   } catch (const BadInput&) {
     if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder
@@ -567,7 +572,8 @@ Result Trainer::run() {
   auto& s = *s_;
   Stopwatch wall;
   log_layout(s);
-  if (s.conn.world.rank == 0) s.goodput = std::make_unique<GoodputLog>(s.deck.run.output_dir, s.restored.start_step);
+  if (s.conn.world.rank == 0)
+    s.goodput = std::make_unique<GoodputLog>(s.deck.run.output_dir, s.restored.start_step, s.restored.new_run);
   Result result;
   result.first_step = s.restored.start_step;
   result.resumed_from = s.restored.resumed_from;

@@ -69,6 +69,7 @@ struct Restored {
   int64_t start_step = 0;
   std::string resumed_from;  // "" for a fresh start
   std::string deck_changes;  // the deck keys changed since the checkpoint was written ("" for none)
+  bool new_run = false;      // --resume never: a run of its own, whatever its folder holds
   double read_seconds = 0, bytes_read = 0;
 };
 

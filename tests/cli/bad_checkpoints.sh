@@ -84,12 +84,13 @@ done
 # checkpoints (none counted by keep_last), and `latest` then names this run's.
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=2 --resume never \
   >never.log 2>&1 || fail "--resume never: $(tail -3 never.log)"
-grep -q "starting fresh in runs/chain: metrics.jsonl and report.json of an earlier run there are replaced" never.log \
+grep -q "starting fresh in runs/chain: metrics.jsonl, report.json, goodput.jsonl of an earlier run there are replaced" never.log \
   || fail "--resume never did not say what it replaces: $(grep -i fresh never.log)"
 grep -q "not this run's: step_0000003.h5, step_0000004.h5, step_0000005.h5;" never.log || fail "--resume never: $(grep -i 'checkpoints in' never.log)"
 left=$(cd runs/chain/checkpoints && echo step_*.h5)
 [ "$left" = "step_0000002.h5 step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "after --resume never: $left"
 [ "$(cat runs/chain/checkpoints/latest)" = step_0000002.h5 ] || fail "after --resume never, latest is $(cat runs/chain/checkpoints/latest)"
+[ "$(wc -l <runs/chain/goodput.jsonl)" = 1 ] || fail "after --resume never, goodput.jsonl holds $(wc -l <runs/chain/goodput.jsonl) records, expected this run's 1"
 # --resume auto where every checkpoint is damaged: bad input naming each, not a quiet fresh start.
 mkdir -p runs/all_damaged/checkpoints
 cp corrupt.h5 runs/all_damaged/checkpoints/step_0000004.h5
