@@ -21,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "comm/world.hpp"
@@ -778,6 +779,21 @@ void Reader::check_shapes(const std::string& group, const std::vector<TensorEntr
       fatal_all(fmt::format("checkpoint {}: tensor {} has shape {}, the model's is {}", path_, name,
                             fmt::join(dims, "x"), fmt::join(t.shape, "x")));
   }
+  // Nothing stored under the group that the model lacks: a checkpoint of a deeper model would
+  // otherwise load into its first layers and drop the rest.
+  std::set<std::string> expected;
+  for (const auto& t : entries) expected.insert(dataset_name(group, t.name));
+  const std::string prefix = "/" + group + "/";
+  std::vector<std::string> extra;
+  for (const auto& name : read_or_refuse(path_, prefix, [&] { return hdf5::dataset_names(*file_); }))
+    if (name.rfind(prefix, 0) == 0 && name.find('/', prefix.size()) == std::string::npos && !expected.count(name))
+      extra.push_back(name);
+  if (!extra.empty())
+    fatal_all(fmt::format("checkpoint {}: it holds {} tensor{} the model lacks ({}{}): written for another model (its "
+                          "model.* keys)?",
+                          path_, extra.size(), extra.size() == 1 ? "" : "s",
+                          fmt::join(extra.begin(), extra.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(extra.size(), 3)), ", "),
+                          extra.size() > 3 ? ", ..." : ""));
 }
 
 at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,

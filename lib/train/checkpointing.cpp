@@ -60,14 +60,21 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     const auto& meta = reader.meta();
     if (meta.global_batch != deck.optim.global_batch)
       fatal_all(fmt::format("checkpoint {}: written with optim.global_batch = {}; resuming needs the same global "
-                            "batch (its data cursor is sample {})", path, meta.global_batch, meta.cursor));
+                            "batch (its data cursor is sample {}): resume with optim.global_batch = {}, or start "
+                            "fresh with --resume never",
+                            path, meta.global_batch, meta.cursor, meta.global_batch));
     if (meta.step > st.total_steps)
       fatal_all(fmt::format("checkpoint {}: it is at step {}, beyond this run's {} steps (run.max_steps / "
                             "run.epochs); raise them or start fresh with --resume never", path, meta.step,
                             st.total_steps));
     restored.deck_changes = check_deck_changes(deck, meta, path);
-    reader.check_shapes("params", st.plan->placed_parameters());
-    reader.check_shapes("buffers", st.plan->placed_buffers());
+    try {
+      reader.check_shapes("params", st.plan->placed_parameters());
+      reader.check_shapes("buffers", st.plan->placed_buffers());
+    } catch (const BadInput& e) {  // another model: what the deck changed says how
+      if (restored.deck_changes.empty()) throw;
+      fatal_all(fmt::format("{} ({})", e.what(), restored.deck_changes));
+    }
     const auto mine = st.plan->stage_parameters_placed(conn.topology->stage());
     const int64_t n = st.flat->numel();
     const auto range = owned_range(conn, st);

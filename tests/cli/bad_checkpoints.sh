@@ -7,6 +7,7 @@
 #   corrupt        bytes in the middle of a tensor overwritten
 #   truncated      the file cut in half
 #   other_optimizer  an AdamW checkpoint resumed with SGD (its state does not carry over)
+#   fewer_layers   written by mlp 64,64,64, resumed by mlp 64,64 (its fc3 would be dropped)
 # And a resume that passes over a damaged newest checkpoint prunes around it: the good older one
 # it resumed from is kept, the damaged later one is left as it was.
 source "$(dirname "$0")/common.sh" "$1" "$2" 2048
@@ -37,6 +38,12 @@ expect_bad() {  # NAME REGEX ARGS...
   [ "$(snapshot)" = "$before" ] || fail "$name: the run folder changed"
 }
 expect_bad other_shape "checkpoint .*step_0000004.h5: .*fc1.*shape" --set model.hidden=64 --resume "$good"
+# A checkpoint of a deeper model (mlp 64,64,64) into a shallower one (64,64), every shared tensor
+# the same shape: refused, not loaded into its first layers with the rest dropped.
+"$mpiexec" -n 1 "$trident" train /dev/null "${args[@]}" --set model.hidden=64,64,64 --set run.max_steps=1 \
+  --set run.output_dir=runs/deep >deep.log 2>&1 || fail "training the deeper model failed: $(tail -3 deep.log)"
+expect_bad fewer_layers "checkpoint runs/deep/checkpoints/step_0000001.h5: it holds 2 tensors the model lacks \(/params/fc3.linear.bias, /params/fc3.linear.weight\).*model.hidden 64,64,64 -> 64,64" \
+  --set model.hidden=64,64 --resume runs/deep/checkpoints/step_0000001.h5
 expect_bad other_version "checkpoint other_version.h5: format version 99 \(this trident reads version [0-9]+\)" \
   --resume other_version.h5
 expect_bad corrupt "checkpoint corrupt.h5: .*(checksum|damaged)" --resume corrupt.h5
