@@ -13,6 +13,27 @@
 namespace trident::parallel {
 
 namespace {
+
+// A compute phase's time, less the communication the gradient strategy waited for inside it
+// (ZeRO-3's layer gathers in the forward and backward hooks), which its exposed_comm_seconds
+// counts: the phases of report.json's time_s do not overlap.
+class ComputeTimer {
+ public:
+  ComputeTimer(double& phase, const GradSync& sync) : phase_(phase), sync_(sync), comm_before_(sync.exposed_comm_seconds()) {}
+  ~ComputeTimer() { phase_ += watch_.seconds() - (sync_.exposed_comm_seconds() - comm_before_); }
+  ComputeTimer(const ComputeTimer&) = delete;
+  ComputeTimer& operator=(const ComputeTimer&) = delete;
+
+ private:
+  double& phase_;
+  const GradSync& sync_;
+  double comm_before_;
+  Stopwatch watch_;
+};
+
+}  // namespace
+
+namespace {
 // Tags keep activations and gradients of different micro-batches (and chunks: the receiver's)
 // apart on the pp communicators.
 int activation_tag(int micro, int chunk, int chunks) { return 2 * (micro * chunks + chunk); }
@@ -101,7 +122,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
           if (first_chunk(c)) inputs[i] = to_device(batch.inputs);
           if (last_chunk(c)) labels[i] = to_device(batch.labels);
         }
-        ScopedTimer t(forward_s);
+        ComputeTimer t(forward_s, sync);
         outputs[i] = forward(c, inputs[i]);
         if (last_chunk(c)) {
           losses[i] = model::cross_entropy(outputs[i], labels[i], /*mean=*/true);
@@ -119,7 +140,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         output_grads[i] = receive(gradients_, chunk.output_shape, micro_batch, next_rank(), gradient_tag(op.micro, c, v));
         break;
       case OpKind::Backward: {
-        ScopedTimer t(backward_s);
+        ComputeTimer t(backward_s, sync);
         tell_strategy(k, op);
         if (last_chunk(c)) (losses[i] * loss_factor).backward();
         else outputs[i].backward(output_grads[i]);
@@ -128,7 +149,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         break;
       }
       case OpKind::BackwardInput: {  // the parameters' gradients wait for BackwardWeight
-        ScopedTimer t(backward_s);
+        ComputeTimer t(backward_s, sync);
         if (last_chunk(c)) {
           const at::Tensor scaled = losses[i] * loss_factor;
           split[i] = std::make_unique<SplitBackward>(scaled, at::ones_like(scaled), inputs[i]);
@@ -139,7 +160,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         break;
       }
       case OpKind::BackwardWeight: {
-        ScopedTimer t(backward_s);
+        ComputeTimer t(backward_s, sync);
         tell_strategy(k, op);  // the gradient hooks fire here
         split[i]->weight_gradients([&sync](const std::vector<at::Tensor>& params) { sync.before_weight_gradients(params); });
         split[i].reset();

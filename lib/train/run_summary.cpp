@@ -96,8 +96,8 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   summary.resumed_from = s.restored.resumed_from;
   summary.first_step = s.restored.start_step;
   summary.checkpoint_saves = s.saves;
-  summary.gathers = s.stage.grad_sync->gathers();
-  summary.gathers_prefetched = s.stage.grad_sync->gathers_prefetched();
+  summary.gathers = s.stage.grad_sync->gathers() - s.evaluation_gathers;  // training's
+  summary.gathers_prefetched = s.stage.grad_sync->gathers_prefetched() - s.evaluation_gathers_prefetched;
   const double save_seconds = max_over_ranks(s, s.save_seconds);  // whole saves: background writes included
   summary.checkpoint_write_gb_per_s = save_seconds > 0 ? s.bytes_written / save_seconds / 1e9 : 0;
   summary.checkpoint_async = s.deck.checkpoint.async;

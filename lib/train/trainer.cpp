@@ -99,6 +99,22 @@ struct Evaluation {
 int64_t evaluation_chunk(const Trainer::State& s) { return s.stage.plan->micro_batch(); }
 
 Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
+  // ZeRO-3 gathers every layer for the evaluation's forwards too: that communication is the
+  // evaluation's time, not training's (report.json comm_exposed, zero3_gathers).
+  const auto& sync = *s.stage.grad_sync;
+  const double comm_before = sync.exposed_comm_seconds();
+  const int64_t gathers_before = sync.gathers(), prefetched_before = sync.gathers_prefetched();
+  struct Uncount {
+    Trainer::State& s;
+    double comm;
+    int64_t gathers, prefetched;
+    ~Uncount() {
+      const auto& sync = *s.stage.grad_sync;
+      s.evaluation_comm_s += sync.exposed_comm_seconds() - comm;
+      s.evaluation_gathers += sync.gathers() - gathers;
+      s.evaluation_gathers_prefetched += sync.gathers_prefetched() - prefetched;
+    }
+  } uncount{s, comm_before, gathers_before, prefetched_before};
   torch::NoGradGuard no_grad;
   s.stage.model->eval();
   // Each replica evaluates its share of the test split, in chunks every stage agrees on. The
@@ -522,7 +538,7 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
   const double train_seconds = max_over_ranks(s, run.train_seconds);
   result.samples_per_s = static_cast<double>((s.stage.total_steps - s.restored.start_step) * s.deck.optim.global_batch) /
                          std::max(train_seconds, 1e-9);
-  s.times.comm_exposed = s.stage.grad_sync->exposed_comm_seconds();
+  s.times.comm_exposed = s.stage.grad_sync->exposed_comm_seconds() - s.evaluation_comm_s;
   s.times.total = wall.seconds();
   report::Summary summary = summarize_run(s, result, train_seconds);
   // What a stop takes: the slowest rank's mean step and last save.

@@ -86,6 +86,9 @@ struct Trainer::State {
   // What the run accumulates for report.json.
   report::PhaseTimes times;
   int64_t saves = 0;
+  // Communication inside evaluations (ZeRO-3's layer gathers), kept out of training's figures.
+  double evaluation_comm_s = 0;
+  int64_t evaluation_gathers = 0, evaluation_gathers_prefetched = 0;
   double bytes_written = 0;
   double last_save_s = 0;  // this rank's last save, write to commit
   std::unique_ptr<GoodputLog> goodput;  // rank 0: this process's record in goodput.jsonl
