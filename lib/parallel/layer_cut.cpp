@@ -22,8 +22,10 @@ std::vector<int> parse_boundaries(const std::string& text) {
   return out;
 }
 
-std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int>& boundaries) {
+std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int>& boundaries,
+                            const std::string& pieces_text) {
   const int layers = static_cast<int>(layer_params.size());
+  const std::string pieces = pieces_text.empty() ? fmt::format("parallel.pp = {} stages", pp) : pieces_text;
   if (layers < pp)
     fatal_all(fmt::format("parallel.pp: {} stages, but the model has only {} layers", pp, layers));
   if (!boundaries.empty()) {
@@ -32,9 +34,8 @@ std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, co
                             "pipeline): leave them out, or set parallel.pp = {}",
                             fmt::join(boundaries, ","), boundaries.size() + 1));
     if (static_cast<int>(boundaries.size()) != pp - 1)
-      fatal_all(fmt::format("parallel.boundaries: {} given, but parallel.pp = {} stages need {} (the first layer of "
-                            "each stage after the first)",
-                            boundaries.size(), pp, pp - 1));
+      fatal_all(fmt::format("parallel.boundaries: {} given, but {} need {} (the first layer of each after the first)",
+                            boundaries.size(), pieces, pp - 1));
     std::vector<int> first{0};
     for (int b : boundaries) {
       if (b <= first.back() || b >= layers)

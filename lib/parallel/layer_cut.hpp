@@ -8,8 +8,11 @@ namespace trident::parallel {
 
 // First layer of each stage (size pp, starting with 0). `boundaries` (first layers of stages
 // 1..pp-1) when given; otherwise the cut that minimises the largest stage's parameter count.
-// Throws BadInput naming parallel.pp / parallel.boundaries when no valid cut exists.
-std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int>& boundaries);
+// Throws BadInput naming parallel.pp / parallel.boundaries when no valid cut exists; `pieces`
+// says what the pp pieces are in its messages (default "parallel.pp = <pp> stages"; the
+// interleaved schedule cuts pp x virtual_stages chunks).
+std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int>& boundaries,
+                            const std::string& pieces = "");
 
 std::vector<int> parse_boundaries(const std::string& text);  // "2,5" -> {2, 5}; "" -> {}
 

@@ -68,7 +68,10 @@ Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInf
   if (virtual_stages_ > 1 && static_cast<int>(layers_.size()) < grid_.pp * virtual_stages_)
     fatal_all(fmt::format("parallel.virtual_stages: pp({}) x v({}) = {} chunks, but the model has only {} layers", grid_.pp,
                           virtual_stages_, grid_.pp * virtual_stages_, layers_.size()));
-  first_layer_ = cut_layers(layer_weights, grid_.pp * virtual_stages_, boundaries);
+  first_layer_ = cut_layers(layer_weights, grid_.pp * virtual_stages_, boundaries,
+                            virtual_stages_ > 1 ? fmt::format("parallel.pp = {} x parallel.virtual_stages = {}: {} chunks",
+                                                              grid_.pp, virtual_stages_, grid_.pp * virtual_stages_)
+                                                : "");
   cut_by_ = !boundaries.empty() ? "parallel.boundaries" : timed ? "measured time" : "parameter count";
 
   // Each parameter's place in its stage's flat buffer: the stage's layers' parameters in order

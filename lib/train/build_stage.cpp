@@ -25,13 +25,11 @@ void open_dataset(const config::Deck& deck, const Connection& conn, StageParts& 
     st.train_split = std::make_shared<data::SplitReader>(deck.data.path, "train", seq_len);
     st.test_split = std::make_shared<data::SplitReader>(deck.data.path, "test", seq_len);
     const int64_t needed = deck.optim.global_batch;
-    if (deck.model.vocab > 0 && deck.model.vocab < st.train_split->classes())
-      error = fmt::format("model.vocab = {} is smaller than the vocabulary of data.path {} (attribute 'vocab' = {})",
-                          deck.model.vocab, deck.data.path, st.train_split->classes());
-    else if (st.train_split->size() < needed)
+    error = vocab_problem(deck, *st.train_split);
+    if (error.empty() && st.train_split->size() < needed)
       error = fmt::format("data.path {}: /train has {} samples, fewer than one global batch (optim.global_batch = {})",
                           deck.data.path, st.train_split->size(), needed);
-    else if (st.test_split->sample_shape() != st.train_split->sample_shape())
+    if (error.empty() && st.test_split->sample_shape() != st.train_split->sample_shape())
       error = fmt::format("data.path {}: /test samples differ in shape from /train samples", deck.data.path);
     // Each rank reads its share of both splits' checksummed blocks: a damaged byte in an image
     // trains silently otherwise.

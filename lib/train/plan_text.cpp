@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "comm/cuda_runtime.hpp"
+#include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "model/model.hpp"
 #include "parallel/pipeline_schedule.hpp"
@@ -17,6 +18,13 @@ namespace trident::train {
 model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& train_split) {
   const int64_t classes = train_split.tokens() ? std::max(deck.model.vocab, train_split.classes()) : train_split.classes();
   return {train_split.sample_shape(), classes, train_split.tokens()};
+}
+
+std::string vocab_problem(const config::Deck& deck, const data::SplitReader& train_split) {
+  if (deck.model.vocab > 0 && deck.model.vocab < train_split.classes())
+    return fmt::format("model.vocab = {} is smaller than the vocabulary of data.path {} (attribute 'vocab' = {})",
+                       deck.model.vocab, deck.data.path, train_split.classes());
+  return "";
 }
 
 std::string size_text(int64_t bytes) {
@@ -33,6 +41,7 @@ model::InputSpec input_of(const config::Deck& deck, std::string& source) {
   const bool gpt = deck.model.kind == "gpt";
   if (std::filesystem::exists(deck.data.path)) {
     data::SplitReader reader(deck.data.path, "train", gpt ? deck.model.seq_len : 0);
+    if (const std::string problem = vocab_problem(deck, reader); !problem.empty()) fatal_all(problem);
     source = deck.data.path;
     return input_spec(deck, reader);
   }
@@ -61,7 +70,8 @@ std::string schedule_table(int pp, int micro_batches, int deck_virtual_stages) {
       continue;
     }
     const parallel::ScheduleFigures f = parallel::schedule_figures(name, shape);
-    out += fmt::format("  {:<16} {:>7.3f} {:>8.3f}  {:<25} {:.1f}\n", label, f.bubble, f.formula, "= " + f.formula_text,
+    const std::string formula = (f.formula_text.rfind("<=", 0) == 0 ? "" : "= ") + f.formula_text;  // a bound says so
+    out += fmt::format("  {:<16} {:>7.3f} {:>8.3f}  {:<25} {:.1f}\n", label, f.bubble, f.formula, formula,
                        f.peak_activations);
   }
   return out;
@@ -85,7 +95,8 @@ std::string plan_text(const config::Deck& deck, int world) {
   if (pp > 1)
     out += fmt::format("stages cut by {}{}\n", plan.cut_by(),
                        plan.cut_by() == "parameter count" && deck.parallel.balance == "time"
-                           ? " here; trident train measures each layer at start-up and cuts by time (parallel.balance)"
+                           ? " here; trident train measures each layer at start-up and cuts by time (parallel.balance), "
+                             "so its stages, and their memory below, may differ"
                            : "");
   for (int s = 0; s < pp; ++s) {
     std::string names;  // chunks apart by " | " (interleaved)

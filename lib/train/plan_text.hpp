@@ -13,6 +13,8 @@ namespace trident::train {
 // The model's input as the dataset gives it; a GPT's vocabulary is model.vocab when set (it
 // may exceed the dataset's, e.g. padded to a multiple of 64 for faster matmuls).
 model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& train_split);
+// "" unless model.vocab is set below the token dataset's vocabulary (what train and plan refuse).
+std::string vocab_problem(const config::Deck& deck, const data::SplitReader& train_split);
 
 // "777.84 MiB", "1.20 GiB", "4.0 KiB".
 std::string size_text(int64_t bytes);
