@@ -960,7 +960,9 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
   file = comm::broadcast(comm, file);
   if (!folder.empty()) {
     const std::string found = newest_verified(folder, comm, rank, skipped);
-    if (found.empty()) fatal_all(fmt::format("--resume {}: no checkpoint in {} verifies{}", mode, folder, skipped));
+    if (found.empty())
+      fatal_all(skipped.empty() ? fmt::format("--resume {}: {} holds no checkpoint (step_*.h5)", mode, folder)
+                                : fmt::format("--resume {}: no checkpoint in {} verifies{}", mode, folder, skipped));
     note = fmt::format("--resume {}: resuming from {}{}", mode, found, skipped);
     return found;
   }

@@ -398,7 +398,10 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
     fail("parallel.dp", fmt::format("'{}' must be auto or a positive integer", d.parallel.dp));
   } else if (pp >= 1) {
     dp = resolved_dp(d, env.world_size);
-    if (d.parallel.dp == "auto" && env.world_size % pp != 0)
+    if (d.parallel.dp == "auto" && pp > env.world_size)
+      fail("parallel.pp", fmt::format("{} pipeline stages, but the job has only {} rank{} (each stage needs one)", pp,
+                                      env.world_size, env.world_size == 1 ? "" : "s"));
+    else if (d.parallel.dp == "auto" && env.world_size % pp != 0)
       fail("parallel.pp", fmt::format("world size {} is not divisible by parallel.pp({})", env.world_size, pp));
     else if (dp * pp != env.world_size)
       fail("parallel.dp", fmt::format("dp({}) x pp({}) = {} != world size {}", dp, pp, dp * pp, env.world_size));

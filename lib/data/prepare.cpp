@@ -306,6 +306,9 @@ std::string describe_hdf5(const std::string& path) {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
   if (!fs::exists(path)) fatal_all(fmt::format("inspect: {}: no such file", path));
+  if (fs::is_directory(path))
+    fatal_all(fmt::format("inspect: {}: a folder; give a dataset or a checkpoint file (a run's are in "
+                          "RUN/checkpoints/step_*.h5)", path));
   if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("inspect: {}: not an HDF5 file", path));
   hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) fatal_all(fmt::format("inspect: {}: HDF5 cannot open it", path));

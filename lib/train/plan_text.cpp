@@ -113,10 +113,13 @@ std::string plan_text(const config::Deck& deck, int world) {
   const parallel::ModelStateBytes state = plan.state_bytes(largest);
   out += fmt::format("model state per rank of the largest stage (fp32, {}): params {} + grads {} + optimizer {} = {}\n",
                      deck.optim.name, size_text(state.params), size_text(state.grads), size_text(state.optimizer), size_text(state.total()));
-  out += fmt::format("ZeRO paper's expectation for zero {}: {} per rank (zero 0 would be {})\n", plan.zero(),
-                     size_text(state.total()), size_text(plan.state_bytes_without_zero(largest).total()));
-  out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f}\n", plan.accumulation(), plan.schedule(),
-                     plan.expected_bubble());
+  out += fmt::format("ZeRO paper's expectation for zero {}: {} per rank{}\n", plan.zero(), size_text(state.total()),
+                     plan.zero() > 0
+                         ? fmt::format(" (zero 0 would be {})", size_text(plan.state_bytes_without_zero(largest).total()))
+                         : "");
+  if (pp > 1)  // no pipeline, no bubble
+    out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f}\n", plan.accumulation(), plan.schedule(),
+                       plan.expected_bubble());
   if (pp > 1) out += schedule_table(pp, static_cast<int>(plan.accumulation()), plan.virtual_stages());
   // On a GPU all of this is device memory: the model state and the stage outputs of the
   // micro-batches in flight between forward and backward.

@@ -554,7 +554,7 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
   summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());
   if (s.conn.world.rank == 0) report::write_report_json(s.deck.run.output_dir + "/report.json", summary);
   const int64_t first = s.restored.start_step;  // a resumed run trained only the steps after it
-  log::info("done: {} in {:.1f} s | {:.0f} samples/s | test accuracy {:.2f}% | report {}/report.json",
+  log::info("done: {} in {:.1f} s | {:.0f} samples/s in training steps | test accuracy {:.2f}% | report {}/report.json",
             first > 0 ? fmt::format("steps {}..{} ({} trained after resuming)", first, s.stage.total_steps,
                                     s.stage.total_steps - first)
                       : fmt::format("{} steps", s.stage.total_steps),

@@ -108,5 +108,5 @@ expect_bad all_damaged "resume auto: no checkpoint in runs/all_damaged/checkpoin
 [ "$(md5sum runs/all_damaged/checkpoints/*)" = "$damaged_before" ] || fail "all_damaged: its checkpoints changed"
 [ ! -e runs/all_damaged/metrics.jsonl ] || fail "all_damaged: refused, yet metrics.jsonl was written"
 mkdir -p runs/empty/checkpoints
-expect_bad empty_folder "resume runs/empty: no checkpoint in runs/empty/checkpoints verifies" --resume runs/empty
+expect_bad empty_folder "resume runs/empty: runs/empty/checkpoints holds no checkpoint" --resume runs/empty
 echo PASS
