@@ -46,6 +46,17 @@ json deck_json(const config::Deck& deck) {
   return out;
 }
 
+// A checkpoint of the run's own folder as DESIGN.md names it ("checkpoints/step_0000500.h5",
+// relative to run.output_dir); one elsewhere (a resharded run's source) as it was given.
+std::string run_relative(const std::string& checkpoint, const std::string& output_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file = fs::weakly_canonical(checkpoint, ec), dir = fs::weakly_canonical(output_dir, ec);
+  if (ec) return checkpoint;
+  const fs::path relative = file.lexically_relative(dir);
+  return !relative.empty() && *relative.begin() != ".." ? relative.string() : checkpoint;
+}
+
 // Compact: one [op, micro, chunk, start_s, end_s] row per op.
 json timeline_json(const std::vector<TimelineOp>& ops) {
   json rows = json::array();
@@ -72,7 +83,7 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["steps"] = s.steps;
   r["epochs"] = s.epochs;
   r["parameters"] = s.parameters;
-  r["resumed_from"] = s.resumed_from.empty() ? json(nullptr) : json(s.resumed_from);
+  r["resumed_from"] = s.resumed_from.empty() ? json(nullptr) : json(run_relative(s.resumed_from, s.deck.run.output_dir));
   r["first_step"] = s.first_step;
   r["final"] = {{"train_loss", s.train_loss}, {"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}};
   auto or_null = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };

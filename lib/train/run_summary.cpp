@@ -113,9 +113,12 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
                     max_bytes(state.master),
                     max_bytes(s.stage.plan->state_bytes(topo.stage()).total())};
   // Per stage (from its dp rank 0): compute, time blocked on neighbours, bubble, activations.
+  // Without a pipeline there is no bubble: the step's time outside forward and backward (data,
+  // the loss) is not idle time waiting for another stage.
   const auto& st = s.stage.pipeline->stats();
+  const double bubble = topo.pp() > 1 ? st.bubble_fraction() : 0.0;
   const StageRecord mine{static_cast<double>(topo.stage()), static_cast<double>(topo.dp_rank()), st.compute_s,
-                         st.blocked_s, st.bubble_fraction(), static_cast<double>(st.peak_alive),
+                         st.blocked_s, bubble, static_cast<double>(st.peak_alive),
                          static_cast<double>(st.activation_bytes), static_cast<double>(s.stage.flat->numel())};
   std::vector<StageRecord> all(static_cast<size_t>(s.conn.world.size));
   MPI_CHECK(MPI_Gather(&mine, kStageRecordFields, MPI_DOUBLE, all.data(), kStageRecordFields, MPI_DOUBLE, 0,

@@ -183,6 +183,21 @@ TEST_F(StudyReport, MixedBatchesNeedAKind) {
 
 // What trident writes is what trident report reads: a Summary with a distinct value in every
 // field the reader knows, through write_report_json and read_report_json.
+// resumed_from names a checkpoint of the run's own folder relative to it (DESIGN.md's
+// "checkpoints/step_0000500.h5"), and one of another folder (a resharded run's source) as given.
+TEST_F(StudyReport, ResumedFromIsRelativeToTheRunFolder) {
+  Summary w;
+  w.steps = 10;
+  w.deck.run.output_dir = "runs/x";
+  w.resumed_from = "runs/x/checkpoints/step_0000100.h5";
+  const std::string file = (dir_ / "report.json").string();
+  write_report_json(file, w);
+  EXPECT_EQ(read_report_json(file).summary.resumed_from, "checkpoints/step_0000100.h5");
+  w.resumed_from = "runs/other/checkpoints/step_0000100.h5";
+  write_report_json(file, w);
+  EXPECT_EQ(read_report_json(file).summary.resumed_from, "runs/other/checkpoints/step_0000100.h5");
+}
+
 TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
   Summary w;
   w.deck.run.name = "round_trip";
