@@ -172,14 +172,15 @@ int train_command(int argc, char** argv) {
   return guarded(Ranks::train, [&] {
     if (!vm.count("deck")) throw BadInput("train: no deck given (trident train DECK; see --help)");
     const auto overrides = overrides_of(vm);
-    const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
+    std::vector<std::string> deck_problems;  // listed with the rules the deck breaks, in one message
+    const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides, &deck_problems);
     int world_size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     // Every rank validates against its own node (its GPUs); the ranks then agree, so that a
     // node without GPUs stops every rank with its message, not only its own.
     std::string error;
     try {
-      config::validate_or_throw(deck, cuda_environment(world_size));
+      config::validate_or_throw(deck, cuda_environment(world_size), deck_problems);
     } catch (const BadInput& e) {
       error = e.what();
     }
@@ -293,7 +294,8 @@ int plan_command(int argc, char** argv) {
     }
     if (!vm.count("deck")) throw BadInput("plan: no deck given (trident plan DECK --world N)");
     const auto overrides = overrides_of(vm);
-    const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides);
+    std::vector<std::string> deck_problems;
+    const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides, &deck_problems);
     const int world = vm["world"].as<int>();
     if (world < 1) throw BadInput(fmt::format("plan: --world {}: the job's ranks, at least 1", world));
     // The plan is made anywhere (a login node without GPUs): the device rules (run.device = cuda,
@@ -301,7 +303,7 @@ int plan_command(int argc, char** argv) {
     config::Environment env;
     env.world_size = world;
     env.cuda_available = true;
-    config::validate_or_throw(deck, env);
+    config::validate_or_throw(deck, env, deck_problems);
     std::cout << train::plan_text(deck, world);
     return 0;
   });

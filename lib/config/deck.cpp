@@ -1,6 +1,5 @@
 #include "config/deck.hpp"
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +16,6 @@
 
 #include "core/error.hpp"
 
-namespace po = boost::program_options;
 
 namespace trident::config {
 
@@ -139,10 +137,15 @@ std::string where(const std::string& source, const std::string& text, const std:
   return line > 0 ? fmt::format("{}:{}", source, line) : source;
 }
 
-// Every line of a deck as Boost.Program_options reads it ('#' to the end of a line is a comment,
-// "[section]", "key = value"), checked before Boost reads it, which stops at the first problem:
-// each broken line is named with its number, so one pass over the deck lists them all.
-void check_lines(const std::string& text, const std::string& source, std::vector<std::string>& errors) {
+// Every line of a deck ('#' to the end of a line is a comment, "[section]", "key = value", as
+// Boost.Program_options read decks before): the known keys' values as text, with their lines;
+// each broken line is named with its number in `errors`, so one pass lists them all.
+struct DeckLine {
+  std::string name, value;
+  int line;
+};
+std::vector<DeckLine> read_lines(const std::string& text, const std::string& source, std::vector<std::string>& errors) {
+  std::vector<DeckLine> values;
   std::istringstream in(text);
   std::string line, section;
   std::map<std::string, int> first_line_of;
@@ -167,6 +170,8 @@ void check_lines(const std::string& text, const std::string& source, std::vector
       if (!inserted)
         errors.push_back(fmt::format("{}:{}: key '{}' is given more than once (first on line {})", source, n, name,
                                      first->second));
+      else
+        values.push_back({name, trim(t.substr(eq + 1)), n});
     } else if (section.empty()) {
       std::string home;  // the section a key of this name belongs to, when there is one
       for (const auto& f : accessors())
@@ -177,6 +182,7 @@ void check_lines(const std::string& text, const std::string& source, std::vector
       errors.push_back(fmt::format("{}:{}: unknown key '{}' (trident train --help-deck lists every key)", source, n, name));
     }
   }
+  return values;
 }
 
 [[noreturn]] void throw_all(const std::string& source, const std::vector<std::string>& errors) {
@@ -199,7 +205,7 @@ const std::vector<FieldInfo>& deck_fields() {
 // ---- reading -----------------------------------------------------------------------------
 
 Deck parse_deck_text(const std::string& raw_text, const std::string& source,
-                     const std::vector<std::string>& overrides) {
+                     const std::vector<std::string>& overrides, std::vector<std::string>* problems) {
   Deck deck;
   deck.source = source;
   // A UTF-8 byte-order mark (Windows editors write one) is not part of the first line.
@@ -215,39 +221,11 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
     throw_all(source, {fmt::format("{}:{}: a NUL byte: a deck is UTF-8 text (saved as UTF-16? save it as UTF-8)", source,
                                    1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n'))});
 
-  // Every value is read as text by Boost.Program_options and converted here, so a wrong type
-  // gets a message naming the key, its line and the expected type.
-  po::options_description description("deck");
-  for (const auto& f : accessors())
-    description.add_options()(f.info.name().c_str(), po::value<std::string>(), f.info.help.c_str());
-
-  check_lines(text, source, errors);
-  if (!errors.empty()) throw_all(source, errors);
-  po::variables_map values;
-  std::istringstream stream(text);
-  try {  // what check_lines let through: Boost should find nothing more
-    po::store(po::parse_config_file(stream, description, /*allow_unregistered=*/false), values);
-  } catch (const po::unknown_option& e) {
-    const std::string name = e.get_option_name();
-    errors.push_back(fmt::format("{}: unknown key '{}' (trident train --help-deck lists every key)",
-                                 where(source, text, name), name));
-  } catch (const po::invalid_config_file_syntax& e) {
-    // Not e.what(): Boost substitutes the line into its template by repeated search and replace,
-    // which never ends when the line itself contains "%invalid_line%" (found by fuzzing).
-    errors.push_back(fmt::format("{}: syntax error: the deck contains an invalid line '{}'", source, e.tokens()));
-  } catch (const po::multiple_occurrences& e) {
-    errors.push_back(fmt::format("{}: key '{}' is given more than once", source, e.get_option_name()));
-  } catch (const po::error& e) {
-    errors.push_back(fmt::format("{}: {}", source, e.what()));
-  }
-  if (!errors.empty()) throw_all(source, errors);
-
-  for (const auto& [name, value] : values) {
-    const FieldAccess* field = find_field(name);
-    const std::string raw = value.as<std::string>();
-    if (!field->set(deck, raw))
-      errors.push_back(fmt::format("{}: {} = '{}' is not {}", where(source, text, name), name, raw, a_value_of(*field)));
-  }
+  // Every value is read as text and converted here, so a wrong type gets a message naming the
+  // key, its line and the expected type.
+  for (const auto& [name, raw, line] : read_lines(text, source, errors))
+    if (!find_field(name)->set(deck, raw))
+      errors.push_back(fmt::format("{}:{}: {} = '{}' is not {}", source, line, name, raw, a_value_of(*find_field(name))));
   for (const auto& item : overrides) {
     const auto eq = item.find('=');
     const std::string name = trim(item.substr(0, eq));
@@ -262,7 +240,8 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
       deck.overridden[name] = item;
     }
   }
-  if (!errors.empty()) throw_all(source, errors);
+  if (problems) problems->insert(problems->end(), errors.begin(), errors.end());
+  else if (!errors.empty()) throw_all(source, errors);
 
   // ${name} / ${run.name} in output_dir: one run folder per named run.
   for (const std::string token : {"${name}", "${run.name}"}) {
@@ -275,7 +254,7 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
   return deck;
 }
 
-Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides, std::vector<std::string>* problems) {
   // An ifstream opens a folder and reads nothing from it: the deck would be empty and the run
   // would fail later, on a key the user never wrote.
   namespace fs = std::filesystem;
@@ -293,7 +272,7 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& override
   text.resize(static_cast<size_t>(in.gcount()));
   if (static_cast<std::streamsize>(text.size()) > kMaxDeckBytes)
     throw BadInput(fmt::format("bad deck {}: larger than 1 MiB, not a deck (trident train DECK.ini)", path));
-  return parse_deck_text(text, path, overrides);
+  return parse_deck_text(text, path, overrides, problems);
 }
 
 // ---- validation ---------------------------------------------------------------------------
@@ -476,11 +455,11 @@ std::string key_of(const std::string& message) { return message.substr(0, messag
 
 }  // namespace
 
-void validate_or_throw(const Deck& deck, const Environment& env) {
+void validate_or_throw(const Deck& deck, const Environment& env, const std::vector<std::string>& earlier) {
   const auto errors = validate(deck, env);
-  if (errors.empty()) return;
+  if (errors.empty() && earlier.empty()) return;
   // Point each message at the key's line in the deck when we can find it.
-  std::vector<std::string> located;
+  std::vector<std::string> located = earlier;
   for (const auto& e : errors) located.push_back(located_at(deck, key_of(e), e));
   throw_all(deck.source, located);
 }

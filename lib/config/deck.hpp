@@ -125,11 +125,14 @@ const std::vector<FieldInfo>& deck_fields();
 
 // Reads an INI deck and applies `--set section.key=value` overrides. Every problem
 // (missing file, syntax, unknown key, bad type) is collected; throws BadInput naming the deck
-// and the keys when there is any. Expands ${name} in run.output_dir.
-Deck load_deck(const std::string& path, const std::vector<std::string>& overrides);
+// and the keys when there is any, or, given `problems`, adds them there and returns the deck as
+// far as it could be read (for validate_or_throw to list with the rules it breaks). A file that
+// cannot be read as a deck at all throws either way. Expands ${name} in run.output_dir.
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides,
+               std::vector<std::string>* problems = nullptr);
 // A leading UTF-8 byte-order mark is skipped; CRLF line endings are accepted.
-Deck parse_deck_text(const std::string& text, const std::string& source,
-                     const std::vector<std::string>& overrides);
+Deck parse_deck_text(const std::string& text, const std::string& source, const std::vector<std::string>& overrides,
+                     std::vector<std::string>* problems = nullptr);
 
 // What validation needs to know about where the run happens.
 struct Environment {
@@ -140,8 +143,9 @@ struct Environment {
 
 // Every broken rule, one message each, each naming the key (and the deck file).
 std::vector<std::string> validate(const Deck& deck, const Environment& env);
-// Throws BadInput listing validate()'s messages, if any.
-void validate_or_throw(const Deck& deck, const Environment& env);
+// Throws BadInput listing `earlier` (load_deck's problems) and validate()'s messages, if any:
+// every broken rule of a deck in one message.
+void validate_or_throw(const Deck& deck, const Environment& env, const std::vector<std::string>& earlier = {});
 // A message that starts with a key ("parallel.boundaries: ...") pointed at where its value came
 // from: "deck.ini:12: ..." or "--set parallel.boundaries=7: ..."; other messages as they are.
 std::string locate(const Deck& deck, const std::string& message);

@@ -129,6 +129,22 @@ TEST(Deck, ChangedKeysAreListedInDeckOrder) {
   EXPECT_TRUE(config::changed_keys(before, before).empty());
 }
 
+// Unknown keys, wrong types and broken rules of one deck (and its --set) come in one message, as
+// train and plan give it: not one kind per attempt.
+TEST(Deck, EveryProblemOfADeckInOneMessage) {
+  const std::string msg = bad_input_message([] {
+    std::vector<std::string> problems;
+    const auto deck = parse_deck_text("[run]\nfoo = 1\nseed = abc\n[optim]\nlr = -1\n", "d.ini",
+                                      {"parallel.zero=9"}, &problems);
+    config::validate_or_throw(deck, {2, false}, problems);
+  });
+  EXPECT_NE(msg.find("bad deck d.ini: 4 errors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d.ini:2: unknown key 'run.foo'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d.ini:3: run.seed = 'abc' is not an integer"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optim.lr"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("parallel.zero"), std::string::npos) << msg;
+}
+
 TEST(Deck, BadOverride) {
   EXPECT_NE(bad_input_message([] { parse_deck_text("", "d.ini", {"optim.nope=1"}); }).find("unknown key 'optim.nope'"),
             std::string::npos);
