@@ -55,30 +55,37 @@ namespace {
 // Set by SIGUSR1 / SIGTERM (SLURM's --signal=B:USR1@N, preemption) and SIGINT (Ctrl-C); acted on
 // at a step boundary.
 volatile std::sig_atomic_t g_stop_signal = 0;
-volatile std::sig_atomic_t g_first_interrupt_s = -1;  // CLOCK_MONOTONIC seconds of the first SIGINT
+// Tenths of a second on CLOCK_MONOTONIC (clock_gettime is async-signal-safe), counted from when
+// the handlers were installed so that they fit a sig_atomic_t for years.
+volatile std::sig_atomic_t g_first_interrupt_ds = -1;  // of the first SIGINT
+int64_t g_installed_ds = 0;
 
-int monotonic_seconds() {  // clock_gettime is async-signal-safe
+int64_t monotonic_deciseconds() {
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<int>(now.tv_sec);
+  return static_cast<int64_t>(now.tv_sec) * 10 + now.tv_nsec / 100000000;
 }
 
 extern "C" void on_stop_signal(int signal) {
   if (signal == SIGINT) {
     // Ctrl-C again, a second or more after the first, does not wait for the save: the process
-    // ends as by default. (mpiexec passes a terminal's Ctrl-C on to ranks that got it already.)
-    if (g_first_interrupt_s >= 0 && monotonic_seconds() - g_first_interrupt_s >= 1) {
+    // ends as by default. (mpiexec passes a terminal's Ctrl-C on to ranks that got it already,
+    // within milliseconds: whole seconds would take that copy for a second Ctrl-C when the two
+    // fall either side of a second's boundary.)
+    const auto now = static_cast<std::sig_atomic_t>(monotonic_deciseconds() - g_installed_ds);
+    if (g_first_interrupt_ds >= 0 && now - g_first_interrupt_ds >= 10) {
       std::signal(SIGINT, SIG_DFL);
       std::raise(SIGINT);
       return;
     }
-    if (g_first_interrupt_s < 0) g_first_interrupt_s = monotonic_seconds();
+    if (g_first_interrupt_ds < 0) g_first_interrupt_ds = now;
   }
   g_stop_signal = signal;
 }
 }  // namespace
 
 void catch_stop_signals() {
+  if (g_installed_ds == 0) g_installed_ds = monotonic_deciseconds();  // (installed again after MPI_Init)
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
@@ -104,17 +111,6 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
   const auto& sync = *s.stage.grad_sync;
   const double comm_before = sync.exposed_comm_seconds();
   const int64_t gathers_before = sync.gathers(), prefetched_before = sync.gathers_prefetched();
-  struct Uncount {
-    Trainer::State& s;
-    double comm;
-    int64_t gathers, prefetched;
-    ~Uncount() {
-      const auto& sync = *s.stage.grad_sync;
-      s.evaluation_comm_s += sync.exposed_comm_seconds() - comm;
-      s.evaluation_gathers += sync.gathers() - gathers;
-      s.evaluation_gathers_prefetched += sync.gathers_prefetched() - prefetched;
-    }
-  } uncount{s, comm_before, gathers_before, prefetched_before};
   torch::NoGradGuard no_grad;
   s.stage.model->eval();
   // Each replica evaluates its share of the test split, in chunks every stage agrees on. The
@@ -141,6 +137,9 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
     correct += right;
   }
   s.stage.model->train();
+  s.evaluation_comm_s += sync.exposed_comm_seconds() - comm_before;
+  s.evaluation_gathers += sync.gathers() - gathers_before;
+  s.evaluation_gathers_prefetched += sync.gathers_prefetched() - prefetched_before;
   // Only last stages hold results: the sum over the world is the sum over replicas.
   auto totals = torch::tensor({loss_sum, correct}, torch::kDouble);
   s.conn.world_comm->all_reduce_sum(totals);
@@ -215,12 +214,12 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     s.stage = build_stage(s.deck, s.conn);
     s.startup_peak_bytes = report::peak_rss_bytes();
     s.restored = restore(s.deck, s.conn, s.stage, from);
-    // Said once nothing more can refuse the run: bad input is its one message.
-    if (s.conn.world.rank == 0 && !from.note.empty()) log::info("{}", from.note);
-    if (s.conn.world.rank == 0 && !s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
     s.restored.new_run = resume == "never";
-    if (s.conn.world.rank == 0 && s.restored.start_step == 0)
-      say_what_a_fresh_start_replaces(s.deck.run.output_dir, s.restored.new_run);
+    if (s.conn.world.rank == 0) {  // said once nothing more can refuse the run: bad input is its one message
+      if (!from.note.empty()) log::info("{}", from.note);
+      if (!s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
+      if (s.restored.start_step == 0) say_what_a_fresh_start_replaces(s.deck.run.output_dir, s.restored.new_run);
+    }
     s.retention = retention_of(s.deck, s.conn, s.restored.start_step);
   } catch (const BadInput&) {
     if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder
