@@ -196,12 +196,12 @@ std::vector<hdf5::Crc32Block> checksum_blocks(hid_t dataset, const std::string& 
 }
 
 // Elements [lo, hi) of a tensor into `out` (contiguous, of the stored type), each stored block they
-// touch read once, whole, and checked against its CRC-32 before its part is used. Problems throw
-// BadInput naming file and tensor.
-void read_checked_into(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi,
-                       const at::Tensor& out) {
+// touch (of `blocks`, checksum_blocks' list) read once, whole, and checked against its CRC-32
+// before its part is used. Problems throw BadInput naming file and tensor.
+void read_checked_into(hid_t dataset, const std::string& path, const std::string& name,
+                       const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi, const at::Tensor& out) {
   int64_t covered = 0;
-  for (const auto [begin, end, crc] : checksum_blocks(dataset, path, name)) {
+  for (const auto [begin, end, crc] : blocks) {
     if (end <= lo || begin >= hi) continue;
     const int64_t from = std::max(lo, begin), to = std::min(hi, end);
     // A block inside the range is read straight into place; one that sticks out, whole and aside.
@@ -235,10 +235,20 @@ auto read_or_refuse(const std::string& path, const std::string& name, Read&& rea
   }
 }
 
-at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi) {
+void read_checked_into(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi,
+                       const at::Tensor& out) {
+  read_checked_into(dataset, path, name, checksum_blocks(dataset, path, name), lo, hi, out);
+}
+
+at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name,
+                        const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi) {
   at::Tensor out = at::empty({hi - lo}, stored_type(dataset));
-  read_checked_into(dataset, path, name, lo, hi, out);
+  read_checked_into(dataset, path, name, blocks, lo, hi, out);
   return out;
+}
+
+at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi) {
+  return read_checked(dataset, path, name, checksum_blocks(dataset, path, name), lo, hi);
 }
 
 }  // namespace
@@ -846,8 +856,9 @@ std::string verify(const std::string& path, int part, int parts) {
     for (const auto& name : hdf5::dataset_names(file)) {
       Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
       if (!dataset.valid()) return fmt::format("checkpoint {}: tensor {} cannot be opened", path, name);
-      for (const auto [begin, end, crc] : checksum_blocks(dataset, path, name))  // throws if bad
-        if (index++ % parts == part) read_checked(dataset, path, name, begin, end);
+      const auto blocks = checksum_blocks(dataset, path, name);  // read once per tensor; throws if bad
+      for (const auto& block : blocks)
+        if (index++ % parts == part) read_checked(dataset, path, name, blocks, block.begin, block.end);
     }
   } catch (const BadInput& e) {
     return e.what();

@@ -224,8 +224,8 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
   // Every value is read as text and converted here, so a wrong type gets a message naming the
   // key, its line and the expected type.
   for (const auto& [name, raw, line] : read_lines(text, source, errors))
-    if (!find_field(name)->set(deck, raw))
-      errors.push_back(fmt::format("{}:{}: {} = '{}' is not {}", source, line, name, raw, a_value_of(*find_field(name))));
+    if (const FieldAccess* field = find_field(name); !field->set(deck, raw))
+      errors.push_back(fmt::format("{}:{}: {} = '{}' is not {}", source, line, name, raw, a_value_of(*field)));
   for (const auto& item : overrides) {
     const auto eq = item.find('=');
     const std::string name = trim(item.substr(0, eq));

@@ -31,9 +31,6 @@ class ComputeTimer {
   Stopwatch watch_;
 };
 
-}  // namespace
-
-namespace {
 // Tags keep activations and gradients of different micro-batches (and chunks: the receiver's)
 // apart on the pp communicators.
 int activation_tag(int micro, int chunk, int chunks) { return 2 * (micro * chunks + chunk); }

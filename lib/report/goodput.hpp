@@ -8,8 +8,9 @@
 // Productive step time is the time rank 0 spent in training steps, less the data waits inside
 // them, less the work lost: the steps a lifetime trained past the step a later one started from
 // (the checkpoint it resumed, or 0 for a fresh start), which had to be trained again, each at the
-// compute time per step (step time less data waits) of the lifetime that trained it. Wall time is each process's life, start-up to
-// exit; the time a job spent queued, or its script spent before starting trident, is not in it.
+// compute time per step (step time less data waits) of the lifetime that trained it. Wall time
+// is each process's life, start-up to exit; the time a job spent queued, or its script spent
+// before starting trident, is not in it.
 // No LibTorch, no MPI here.
 #include <cstdint>
 #include <optional>

@@ -117,10 +117,11 @@ std::string plan_text(const config::Deck& deck, int world) {
                      plan.zero() > 0
                          ? fmt::format(" (zero 0 would be {})", size_text(plan.state_bytes_without_zero(largest).total()))
                          : "");
-  if (pp > 1)  // no pipeline, no bubble
+  if (pp > 1) {  // no pipeline, no bubble
     out += fmt::format("pipeline bubble ({} micro-batches, {}): {:.3f}\n", plan.accumulation(), plan.schedule(),
                        plan.expected_bubble());
-  if (pp > 1) out += schedule_table(pp, static_cast<int>(plan.accumulation()), plan.virtual_stages());
+    out += schedule_table(pp, static_cast<int>(plan.accumulation()), plan.virtual_stages());
+  }
   // On a GPU all of this is device memory: the model state and the stage outputs of the
   // micro-batches in flight between forward and backward.
   const int64_t largest_activation = plan.largest_activation_bytes();
