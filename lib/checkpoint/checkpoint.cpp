@@ -123,9 +123,11 @@ std::string dataset_name(const std::string& group, const std::string& name) { re
 std::string meta_text(const Meta& m) {
   return fmt::format(
       "format_version={}\nstep={}\nepoch={}\ncursor={}\noptimizer_steps={}\nglobal_batch={}\nworld={}\ndp={}\npp={}\n"
-      "zero={}\ntrident_version={}\ntorch_version={}\nloss_scale={}\nloss_scale_good_steps={}\nskipped_steps={}\n",
+      "zero={}\ntrident_version={}\ntorch_version={}\nloss_scale={}\nloss_scale_good_steps={}\nskipped_steps={}\n"
+      "epoch_loss_sum={}\nepoch_loss_steps={}\n",
       kFormatVersion, m.step, m.epoch, m.cursor, m.optimizer_steps, m.global_batch, m.world, m.dp, m.pp, m.zero,
-      m.trident_version, m.torch_version, m.loss_scale, m.loss_scale_good_steps, m.skipped_steps);
+      m.trident_version, m.torch_version, m.loss_scale, m.loss_scale_good_steps, m.skipped_steps, m.epoch_loss_sum,
+      m.epoch_loss_steps);
 }
 
 std::map<std::string, std::string> parse_lines(const std::string& text) {
@@ -762,6 +764,10 @@ Reader::Reader(const std::string& path) : path_(path) {
       meta_.loss_scale = std::stod(m["loss_scale"]);
       meta_.loss_scale_good_steps = num("loss_scale_good_steps");
       meta_.skipped_steps = num("skipped_steps");
+    }
+    if (m.count("epoch_loss_sum")) {
+      meta_.epoch_loss_sum = std::stod(m["epoch_loss_sum"]);
+      meta_.epoch_loss_steps = num("epoch_loss_steps");
     }
     meta_.deck = hdf5::read_string_attribute(*file_, "deck");
   } catch (...) {

@@ -36,6 +36,12 @@ struct Meta {
   // steps skipped so far. Files without these lines (older writers) read as 0.
   double loss_scale = 0;
   int64_t loss_scale_good_steps = 0, skipped_steps = 0;
+  // The training loss of the epoch of the last step trained so far: the sum of its steps'
+  // losses (each the mean over the global batch) and their count, so that a run resumed inside
+  // an epoch reports the epoch's train loss as an uninterrupted run does. Files without these
+  // lines (older writers) read as 0: the resumed run's steps alone.
+  double epoch_loss_sum = 0;
+  int64_t epoch_loss_steps = 0;
 };
 
 // What one rank writes: elements [begin, end) of its stage's flat parameter buffer and of each

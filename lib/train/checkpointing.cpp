@@ -116,6 +116,7 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
         }
     }
     restored.start_step = meta.step;
+    restored.epoch_loss = {meta.epoch_loss_sum, meta.epoch_loss_steps};
     restored.bytes_read += 4.0 * static_cast<double>(n * (1 + static_cast<int64_t>(st.optimizer->state().size())));
   } catch (const BadInput& e) {
     error = e.what();
@@ -163,8 +164,10 @@ std::vector<std::string> state_names_of(Trainer::State& s) {
   return names;
 }
 
-checkpoint::Meta meta_of(Trainer::State& s, int64_t step) {
+checkpoint::Meta meta_of(Trainer::State& s, int64_t step, const EpochLoss& loss) {
   checkpoint::Meta meta;
+  meta.epoch_loss_sum = loss.sum;
+  meta.epoch_loss_steps = loss.steps;
   meta.step = step;
   meta.epoch = s.stage.sampler->epoch_of(step);
   meta.cursor = s.stage.sampler->cursor_of(step);
@@ -200,11 +203,11 @@ void count_save(Trainer::State& s, double total_s, const std::string& path) {
 
 }  // namespace
 
-void save_checkpoint(Trainer::State& s, int64_t step) {
+void save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss) {
   commit_background_save(s);
   Stopwatch watch;
-  const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta_of(s, step), s.stage.plan->placed_parameters(),
-                                            state_names_of(s), s.stage.plan->placed_buffers(), live_shard(s, /*on_host=*/true),
+  const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta_of(s, step, loss),
+                                            s.stage.plan->placed_parameters(), state_names_of(s), s.stage.plan->placed_buffers(), live_shard(s, /*on_host=*/true),
                                             s.conn.world.comm, s.retention);
   const double seconds = watch.seconds();
   s.times.checkpoint += seconds;
@@ -212,14 +215,14 @@ void save_checkpoint(Trainer::State& s, int64_t step) {
   log::info("checkpoint {} written in {:.3f} s", path, seconds);
 }
 
-void start_background_save(Trainer::State& s, int64_t step) {
+void start_background_save(Trainer::State& s, int64_t step, const EpochLoss& loss) {
   if (s.background_save && !s.background_save->written())
     log::info("checkpoint: the save of step {} is still being written; the save of step {} waits for it",
               s.background_save->step(), step);
   commit_background_save(s);
   Stopwatch watch;
   s.background_save = std::make_unique<checkpoint::BackgroundSave>(
-      checkpoint_dir(s.deck), meta_of(s, step), s.stage.plan->placed_parameters(), state_names_of(s), s.stage.plan->placed_buffers(),
+      checkpoint_dir(s.deck), meta_of(s, step, loss), s.stage.plan->placed_parameters(), state_names_of(s), s.stage.plan->placed_buffers(),
       live_shard(s, /*on_host=*/false), s.snapshot, s.conn.world.comm, s.retention);
   s.background_start_s = watch.seconds();
   s.background_copy_wait_s = 0;

@@ -311,6 +311,7 @@ Result already_trained(Trainer::State& s) {
   result.steps = s.stage.total_steps;
   result.first_step = s.restored.start_step;
   result.resumed_from = s.restored.resumed_from;
+  result.train_loss = s.restored.epoch_loss.mean();
   result.test_loss = done.loss;
   result.test_accuracy = done.accuracy;
   return result;
@@ -414,6 +415,7 @@ struct RunTotals {
   ProgressLog progress;
   StepProfiler profiler;  // TRIDENT_PROFILE_STEPS
   StepTally tally;
+  EpochLoss carried;  // the epoch's steps before this run's first, from the checkpoint resumed
   Evaluation last_eval;
   double train_seconds = 0;  // in training steps, this rank
   int64_t epoch_steps = 0;
@@ -427,6 +429,11 @@ struct RunTotals {
     return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, last_save_s};
   }
 };
+
+// The epoch's training loss so far (collective): what the checkpoint carried and this run's steps.
+EpochLoss epoch_loss(Trainer::State& s, const RunTotals& run) {
+  return {run.carried.sum + replica_mean(s, run.tally.epoch_loss_sum), run.carried.steps + run.epoch_steps};
+}
 
 // This lifetime's figures so far, for goodput.jsonl (rank 0's own). `loader`: the epoch's, whose
 // waits are not yet in s.times.
@@ -466,6 +473,10 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
   run.tally.epoch_loss_sum = 0;
   if (s.device_step) s.device_step->reset_loss_sum();
   run.epoch_steps = 0;
+  // Resumed inside this epoch: its earlier steps' losses come from the checkpoint.
+  const int64_t earlier_steps = first - epoch * s.stage.sampler->steps_per_epoch();
+  const bool resumed_here = first == s.restored.start_step && earlier_steps > 0;
+  run.carried = resumed_here && s.restored.epoch_loss.steps == earlier_steps ? s.restored.epoch_loss : EpochLoss{};
   for (int64_t step = first; step < end; ++step) {
     run.profiler.before_step(step);
     const bool writing = s.background_save && !s.background_save->written();
@@ -495,9 +506,9 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     if (due.save) {
       // A stop's save is whole before the run exits 3 (save_checkpoint commits one in flight first).
       if (s.deck.checkpoint.async && !due.stop)
-        start_background_save(s, step + 1);
+        start_background_save(s, step + 1, epoch_loss(s, run));
       else
-        save_checkpoint(s, step + 1);
+        save_checkpoint(s, step + 1, epoch_loss(s, run));
       run.since_save.reset();
       if (!s.background_save) check_signal_lead(s, run);
     }
@@ -519,7 +530,7 @@ void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
     run.last_eval = evaluate_test_split(s);
   }
   log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.stage.epochs,
-            replica_mean(s, run.tally.epoch_loss_sum / std::max<int64_t>(1, run.epoch_steps)), run.last_eval.loss,
+            epoch_loss(s, run).mean(), run.last_eval.loss,
             100.0 * run.last_eval.accuracy);
   run.progress.restart_window();
   update_goodput(s, run);
@@ -527,11 +538,12 @@ void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
 
 // The end of the run: the trained model saved, the rest of `result`, report.json (rank 0).
 void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
-  if (s.restored.start_step < s.stage.total_steps || s.saves == 0) save_checkpoint(s, s.stage.total_steps);
+  const EpochLoss last_epoch = epoch_loss(s, run);
+  if (s.restored.start_step < s.stage.total_steps || s.saves == 0) save_checkpoint(s, s.stage.total_steps, last_epoch);
   check_signal_lead(s, run);  // for the next job of a chain, when no save came earlier
   run.progress.close();
   result.steps = s.stage.total_steps;
-  result.train_loss = replica_mean(s, run.tally.epoch_loss_sum / std::max<int64_t>(1, run.epoch_steps));
+  result.train_loss = last_epoch.mean();
   result.test_loss = run.last_eval.loss;
   result.test_accuracy = run.last_eval.accuracy;
   const double train_seconds = max_over_ranks(s, run.train_seconds);

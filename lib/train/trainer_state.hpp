@@ -65,8 +65,18 @@ struct StageParts {
 };
 
 // restore(): where the run starts: a checkpoint loaded into the stage, or step 0.
+// The training loss of an epoch so far: the sum of its steps' losses (each the mean over the
+// global batch) and their count. A checkpoint carries it, so that a run resumed inside an epoch
+// reports the epoch's train loss as an uninterrupted run does.
+struct EpochLoss {
+  double sum = 0;
+  int64_t steps = 0;
+  double mean() const { return steps > 0 ? sum / static_cast<double>(steps) : 0.0; }
+};
+
 struct Restored {
   int64_t start_step = 0;
+  EpochLoss epoch_loss;  // of the epoch of step start_step - 1, up to start_step (none: {})
   std::string resumed_from;  // "" for a fresh start
   std::string deck_changes;  // the deck keys changed since the checkpoint was written ("" for none)
   bool new_run = false;      // --resume never: a run of its own, whatever its folder holds
@@ -133,11 +143,11 @@ std::string checkpoint_dir(const config::Deck& deck);
 // own (logged when there are any).
 checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step);
 // Writes and commits the checkpoint of step `step` (collective), counted in s.times/saves/bytes;
-// a background save still in flight is committed first.
-void save_checkpoint(Trainer::State& s, int64_t step);
+// a background save still in flight is committed first. `loss`: the epoch's up to `step`.
+void save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss);
 // checkpoint.async: starts the background save of step `step` (collective); one still in flight
 // is waited for (the wait is logged) and committed first.
-void start_background_save(Trainer::State& s, int64_t step);
+void start_background_save(Trainer::State& s, int64_t step, const EpochLoss& loss);
 // Commits the background save in flight, if any (collective): waits for this rank's writer first.
 // A write that failed on any rank throws AgreedFault (the file removed, `latest` unchanged).
 void commit_background_save(Trainer::State& s);

@@ -1,6 +1,7 @@
 // Checkpoints: resume equals an uninterrupted run bit for bit (dp, ZeRO, pp); a checkpoint
 // written under one layout loads under another and training continues as if uninterrupted;
 // damage and truncation are detected, and --resume auto falls back to the previous good file.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,9 +16,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// N steps straight vs k steps, --resume auto, N - k more: the same losses, the same parameters
-// in memory, and final checkpoints identical in every dataset (params, optimizer state,
-// batch-norm buffers, every rank's RNG state, checksums).
+// N steps straight vs k steps, --resume auto, N - k more (inside one epoch): the same losses and
+// epoch train loss, the same parameters in memory, and final checkpoints identical in every
+// dataset (params, optimizer state, batch-norm buffers, every rank's RNG state, checksums).
 void expect_bit_exact_resume(config::Deck deck, const std::string& name) {
   deck.run.max_steps = 6;
   const auto straight = run_in(deck, MPI_COMM_WORLD, dir_for(name + "_straight", MPI_COMM_WORLD), "never");
@@ -30,6 +31,10 @@ void expect_bit_exact_resume(config::Deck deck, const std::string& name) {
   ASSERT_EQ(resumed.result.logged_losses.size(), 3u);
   for (size_t i = 0; i < 3; ++i)
     EXPECT_EQ(resumed.result.logged_losses[i], straight.result.logged_losses[i + 3]) << name << " step " << i + 4;
+  // The epoch's train loss (report.json's final.train_loss) is over all six steps, the three
+  // before the checkpoint included; summed in another order, so equal up to rounding.
+  EXPECT_NEAR(resumed.result.train_loss, straight.result.train_loss, 1e-12 * std::abs(straight.result.train_loss))
+      << name;
   ASSERT_EQ(resumed.params.size(), straight.params.size());
   for (size_t i = 0; i < straight.params.size(); ++i)
     EXPECT_TRUE(torch::equal(resumed.params[i].second, straight.params[i].second))
@@ -231,6 +236,8 @@ TEST(Checkpoint, MetadataRoundTripsIncludingTheLossScale) {
   meta.loss_scale = 16384;
   meta.loss_scale_good_steps = 123;
   meta.skipped_steps = 4;
+  meta.epoch_loss_sum = 0.1 + 0.2;  // not a short decimal: the text must keep every bit
+  meta.epoch_loss_steps = 3;
   meta.deck = "[run]\nname = meta\n";
   const std::vector<checkpoint::TensorEntry> params{{"w", {2, 3}, 0, 0, 6}};
   // Each rank writes a contiguous part of the one tensor.
@@ -251,6 +258,8 @@ TEST(Checkpoint, MetadataRoundTripsIncludingTheLossScale) {
   EXPECT_EQ(read.loss_scale, 16384.0);
   EXPECT_EQ(read.loss_scale_good_steps, 123);
   EXPECT_EQ(read.skipped_steps, 4);
+  EXPECT_EQ(read.epoch_loss_sum, 0.1 + 0.2);
+  EXPECT_EQ(read.epoch_loss_steps, 3);
   EXPECT_TRUE(torch::equal(reader.read_flat("params", params, 0, 6), torch::arange(0, 6, torch::kFloat)));
   EXPECT_TRUE(torch::equal(reader.read_flat("optim/m", params, 0, 6), torch::arange(0, 6, torch::kFloat) * 2));
 }
