@@ -387,7 +387,11 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   }
   if (d.parallel.zero < 0 || d.parallel.zero > 3)
     fail("parallel.zero", fmt::format("{} is out of range (0 | 1 | 2 | 3)", d.parallel.zero));
-  one_of("parallel.balance", d.parallel.balance, {"params", "time"});
+  if (one_of("parallel.balance", d.parallel.balance, {"params", "time"}) && d.parallel.balance == "time" &&
+      !d.parallel.boundaries.empty())
+    fail("parallel.balance", fmt::format("'time' balances a cut trident makes, but parallel.boundaries = '{}' fixes "
+                                         "the cut: set one of the two",
+                                         d.parallel.boundaries));
   one_of("parallel.schedule", d.parallel.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved"});
   const int64_t v = d.parallel.virtual_stages;
   if (d.parallel.schedule == "interleaved") {

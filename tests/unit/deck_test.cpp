@@ -167,6 +167,13 @@ TEST(Deck, OutOfRangeValues) {
             std::string::npos);
   EXPECT_EQ(validation_message("[parallel]\nschedule = interleaved\npp = 2\nvirtual_stages = 2\n"), "");
   EXPECT_EQ(validation_message("[parallel]\nzero = 3\nschedule = zb-h1\n"), "");
+  // A fixed cut and a measured one cannot both hold.
+  EXPECT_NE(validation_message("[parallel]\npp = 2\nboundaries = 3\nbalance = time\n")
+                .find("test.ini:4: parallel.balance: 'time' balances a cut trident makes, but parallel.boundaries = '3' "
+                      "fixes the cut: set one of the two"),
+            std::string::npos);
+  EXPECT_EQ(validation_message("[parallel]\npp = 2\nboundaries = 3\n"), "");
+  EXPECT_EQ(validation_message("[parallel]\npp = 2\nbalance = time\n"), "");
 }
 
 TEST(Deck, LayoutMustMatchWorld) {
