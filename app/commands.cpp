@@ -114,8 +114,8 @@ config::Environment cuda_environment(int world_size) {
 
 }  // namespace
 
-void print_usage() {
-  std::printf(
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
       "trident %s: hybrid data x pipeline x ZeRO parallel training with LibTorch, MPI and HDF5\n\n"
       "usage:\n"
       "  mpiexec -n N trident train DECK [--set section.key=value ...] [--resume auto|never|PATH]\n"
@@ -125,7 +125,7 @@ void print_usage() {
       "  trident prepare-data text --out FILE.h5 [--source FILE|DIR]   byte tokens for model.kind = gpt\n"
       "  trident prepare-data synthetic --tokens N --out FILE.h5 [--test-tokens N --vocab V]  random tokens\n"
       "  trident inspect FILE.h5                     a dataset or a checkpoint (checksums verified)\n"
-      "  trident plan DECK --world N [--set ...]     no training: layout and model-state memory per rank\n"
+      "  trident plan DECK [--world N] [--set ...]   no training: layout and model-state memory per rank\n"
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
       "  trident report --goodput RUN_DIR [--out DIR]  where a run's job chain spent its time (goodput.md, .svg)\n"
       "  trident report SWEEP_DIR [--out DIR] [--rank-by test_accuracy|test_loss]  a jobs/sweep.slurm sweep, ranked\n"
@@ -280,9 +280,9 @@ int inspect_command(int argc, char** argv) {
 }
 
 int plan_command(int argc, char** argv) {
-  po::options_description options("trident plan DECK --world N");
+  po::options_description options("trident plan DECK [--world N]");
   options.add_options()("help,h", "this help")("deck", po::value<std::string>(), "input deck (INI)")(
-      "world", po::value<int>()->default_value(1), "ranks the job will have")(
+      "world", po::value<int>(), "ranks the job will have (default: SLURM_NTASKS inside an allocation, else 1)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a deck key");
   po::positional_options_description positional;
   positional.add("deck", 1);
@@ -296,15 +296,25 @@ int plan_command(int argc, char** argv) {
     const auto overrides = overrides_of(vm);
     std::vector<std::string> deck_problems;
     const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides, &deck_problems);
-    const int world = vm["world"].as<int>();
-    if (world < 1) throw BadInput(fmt::format("plan: --world {}: the job's ranks, at least 1", world));
+    // Planned inside an allocation (salloc, a job script), the job's task count is the default.
+    int world = 1;
+    std::string world_note;  // where the world size came from, when not from --world
+    if (vm.count("world")) {
+      world = vm["world"].as<int>();
+      if (world < 1) throw BadInput(fmt::format("plan: --world {}: the job's ranks, at least 1", world));
+    } else if (const char* tasks = std::getenv("SLURM_NTASKS"); tasks && std::atoi(tasks) >= 1) {
+      world = std::atoi(tasks);
+      world_note = fmt::format("world {}: this allocation's SLURM_NTASKS (--world N plans for another)\n", world);
+    } else {
+      world_note = "world 1: no --world given (--world N plans for N ranks)\n";
+    }
     // The plan is made anywhere (a login node without GPUs): the device rules (run.device = cuda,
     // nccl, fp16) are checked where the run starts, on its nodes.
     config::Environment env;
     env.world_size = world;
     env.cuda_available = true;
     config::validate_or_throw(deck, env, deck_problems);
-    std::cout << train::plan_text(deck, world);
+    std::cout << world_note << train::plan_text(deck, world);
     return 0;
   });
 }

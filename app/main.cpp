@@ -10,7 +10,11 @@
 int main(int argc, char** argv) {
   using namespace trident::app;
   trident::keep_freed_memory_in_process();
-  const std::string command = argc > 1 ? argv[1] : "--help";
+  if (argc < 2) {  // no command: the usage, on stderr, as the mistake it is (once under mpiexec)
+    if (trident::launcher_rank() == 0) print_usage(stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
   // Each subcommand sees argv from its own name on: `train DECK --set ...`.
   if (command == "train") return train_command(argc - 1, argv + 1);
   if (command == "prepare-data") return prepare_data_command(argc - 1, argv + 1);
@@ -22,7 +26,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "--help" || command == "-h" || command == "help") {
-    print_usage();
+    print_usage(stdout);
     return 0;
   }
   if (trident::launcher_rank() == 0)  // every task of mpiexec -n N makes the same mistake: said once
