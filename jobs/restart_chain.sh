@@ -49,8 +49,9 @@ for ((k = 1; k <= links; k++)); do
   [ -n "$previous" ] && dependency=(--dependency="afterany:$previous")
   # TRIDENT_CHAIN tells the job script it is a link: a stop passes to the next link instead of
   # requeueing (unless TRIDENT_MAX_REQUEUE says otherwise), and a finished run ends the chain.
+  # ${a[@]+"${a[@]}"}: an array that may be empty, which bash before 4.4 calls unbound (set -u).
   previous=$(sbatch --parsable --job-name="$name" --signal="B:USR1@$signal_s" --export="ALL,TRIDENT_CHAIN=1,TRIDENT_SIGNAL_LEAD_S=$signal_s" \
-                    "${dependency[@]}" "${sbatch_args[@]}" "$script" "$@")
+                    ${dependency[@]+"${dependency[@]}"} ${sbatch_args[@]+"${sbatch_args[@]}"} "$script" "$@")
   previous=${previous%%;*}  # --parsable prints "id;cluster" on multi-cluster setups
   echo "$previous"
 done

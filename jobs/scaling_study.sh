@@ -89,11 +89,11 @@ for r in "${rank_list[@]}"; do
   nodes=$(((r + tpn - 1) / tpn))
   batch=()
   [ "$kind" = weak ] && batch=(--set "optim.global_batch=$((per_rank * r))" --set "optim.micro_batch=$per_rank")
-  dependency=()
+  dependency=()  # ${a[@]+"${a[@]}"} below: may be empty, which bash before 4.4 calls unbound (set -u)
   [ "$serial" = 1 ] && [ -n "$previous" ] && dependency=(--dependency="afterany:$previous")
   id=$(sbatch --parsable --job-name="trident-$kind-r$r" --nodes="$nodes" --ntasks="$r" --ntasks-per-node="$per_node" \
-              --exclusive --output="$study/logs/ranks_$r-%j.out" "${dependency[@]}" "${sbatch_args[@]}" \
-              "$script" "$deck" "${batch[@]}" "$@" --set "run.name=${kind}_ranks_$r" --set "run.output_dir=$run")
+              --exclusive --output="$study/logs/ranks_$r-%j.out" ${dependency[@]+"${dependency[@]}"} ${sbatch_args[@]+"${sbatch_args[@]}"} \
+              "$script" "$deck" ${batch[@]+"${batch[@]}"} "$@" --set "run.name=${kind}_ranks_$r" --set "run.output_dir=$run")
   id=${id%%;*}
   ids+=("$id")
   previous=$id
@@ -105,4 +105,4 @@ done
 deps=$(IFS=:; echo "${ids[*]}")
 report_cmd=$(printf '%q ' "$TRIDENT" report "$study/runs" --out "$study/report" --kind "$kind")
 sbatch --parsable --job-name="trident-$kind-report" --nodes=1 --ntasks=1 --dependency="afterany:$deps" \
-       --output="$study/logs/report-%j.out" "${sbatch_args[@]}" --wrap "$report_cmd" | cut -d';' -f1
+       --output="$study/logs/report-%j.out" ${sbatch_args[@]+"${sbatch_args[@]}"} --wrap "$report_cmd" | cut -d';' -f1

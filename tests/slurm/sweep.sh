@@ -2,7 +2,8 @@
 # sweep.sh STATE SOURCE_DIR TRIDENT: jobs/sweep.slurm as a 3-point job array (lr x micro-batch,
 # tiny), each point in its own folder with its overrides applied, then `trident report SWEEP_DIR`:
 # the ranking and the micro-batch table checked against the points' report.json files, read here.
-# A task beyond the sweep file's points exits 2 naming the --array to use.
+# A task beyond the sweep file's points exits 2 naming the --array to use; an edited sweep file
+# resubmitted into the old points' folder exits 2.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" sweep
 export TRIDENT=$trident
 cat >points.txt <<'POINTS'
@@ -60,5 +61,16 @@ for k in range(3):
     assert line in md, "no line " + line
 print(f"    ranked {expected} by test accuracy {acc}, {by_loss} by test loss {loss}; samples/s {[round(r['throughput']['samples_per_s']) for r in reports]}")
 PY
+
+# The sweep file edited and resubmitted (named without an extension, through ./: its folder is
+# still sweeps/points), while that folder holds the old file's points: the task refuses (exit 2)
+# instead of pairing their finished results with the new overrides.
+sed 's/1e-3/2e-3/' points.txt >points
+# shellcheck disable=SC2046
+edited=$(sbatch --parsable --array=0 --output="$work/edited-%A_%a.out" "$src/jobs/sweep.slurm" ./points $(tiny_args 300))
+s=$(wait_job "${edited}_0" 60)
+[ "$(field "${edited}_0" ExitCode)" = 2:0 ] || { show_job "${edited}_0"; fail "an edited sweep file into the old folder ended $s, not with exit 2"; }
+grep -q "sweeps/points holds the points of another sweep file" "$work"/edited-*_0.out || { show_job "${edited}_0"; fail "no message naming sweeps/points"; }
+cmp -s points.txt "$dir/sweep.txt" || fail "the refused task replaced $dir/sweep.txt"
 echo "after $(elapsed)"
 echo PASS

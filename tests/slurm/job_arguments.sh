@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# job_arguments.sh STATE SOURCE_DIR TRIDENT BUILD_DIR: what jobs/ddp_2nodes.slurm makes of its
+# arguments and of the launch's exit code.
+#  * `sbatch jobs/ddp_2nodes.slurm --set ...`: options without a deck override the default deck
+#    (the installation's), which needs its data file made first;
+#  * a trident that cannot start on the nodes (its path missing there: exit 127) fails the job
+#    with 127, not a success that would end a restart chain;
+#  * TRIDENT_MAX_REQUEUE that is not a number: exit 2 before anything starts.
+source "$(dirname "$0")/common.sh" "$1" "$2" "$3" job_arguments
+build=$4
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" >/dev/null || fail "cmake --install failed"
+script=$src/jobs/ddp_2nodes.slurm
+
+# One task per node: 2 ranks on this machine's 2 cores.
+id=$(TRIDENT=$prefix/bin/trident sbatch --parsable --ntasks-per-node=1 --output="$work/default-%j.out" "$script" \
+       --set run.max_steps=2 --set run.threads=1)
+expect_completed "$id" 240 "ddp_2nodes.slurm --set ... (the default deck)"
+grep -q "  $prefix/bin/trident train $prefix/share/trident/inputs/fashion_mnist_ddp.ini --set run.max_steps=2 --set run.threads=1" \
+  "$work/default-$id.out" || { show_job "$id"; fail "the job did not train the default deck with the options"; }
+grep -q "making data/fashion_mnist.h5" "$work/default-$id.out" || fail "the job did not make the default deck's data file"
+steps=$(json_int "$work/runs/fashion_mnist_ddp/report.json" steps)
+[ "$steps" = 2 ] || fail "report.json says $steps steps, expected 2 (--set run.max_steps=2)"
+echo "default deck with --set: trained $steps steps after $(elapsed)"
+
+# trident's path is missing on the nodes: the shell that runs it exits 127.
+mkdir -p gone
+printf '#!/bin/sh\nexec %s/not-mounted/bin/trident "$@"\n' "$work" >gone/trident
+chmod +x gone/trident
+id=$(TRIDENT=$work/gone/trident sbatch --parsable --ntasks-per-node=1 --output="$work/gone-%j.out" "$script" /dev/null)
+s=$(wait_job "$id" 60)
+[ "$s" = FAILED ] && [ "$(field "$id" ExitCode)" = 127:0 ] || { show_job "$id"; fail "a trident that cannot start: job $s, exit $(field "$id" ExitCode), expected FAILED with 127"; }
+grep -q "trident exited with 127" "$work/gone-$id.out" || { show_job "$id"; fail "the log does not say trident exited with 127"; }
+
+id=$(TRIDENT=$prefix/bin/trident TRIDENT_MAX_REQUEUE=three sbatch --parsable --ntasks-per-node=1 \
+       --output="$work/requeue-%j.out" "$script" /dev/null)
+s=$(wait_job "$id" 60)
+[ "$(field "$id" ExitCode)" = 2:0 ] || { show_job "$id"; fail "TRIDENT_MAX_REQUEUE=three: job $s, exit $(field "$id" ExitCode), expected 2"; }
+grep -q "TRIDENT_MAX_REQUEUE=three must be a whole number" "$work/requeue-$id.out" || fail "no message naming TRIDENT_MAX_REQUEUE"
+! grep -q "trident train" "$work/requeue-$id.out" || fail "training started despite TRIDENT_MAX_REQUEUE=three"
+echo "after $(elapsed)"
+echo PASS
