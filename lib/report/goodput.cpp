@@ -139,7 +139,27 @@ GoodputAccount account_goodput(std::vector<Lifetime> lifetimes) {
 
 GoodputAccount load_goodput(const std::string& run_dir) {
   std::vector<std::string> skipped;
-  GoodputAccount account = account_goodput(read_goodput(run_dir + "/goodput.jsonl", &skipped));
+  const std::string closed = run_dir + "/goodput.jsonl", open = run_dir + "/" + kOpenGoodputRecord;
+  // The lifetime under way, or killed as the chain's last: its record is still open.
+  std::optional<Lifetime> last;
+  if (std::ifstream in(open); in) {
+    std::string line;
+    std::getline(in, line);
+    try {
+      last = parse_lifetime(line, open);
+      last->open = true;
+    } catch (const BadInput& e) {
+      skipped.push_back(e.what());
+    }
+  }
+  std::vector<Lifetime> lifetimes;
+  try {
+    lifetimes = read_goodput(closed, &skipped);
+  } catch (const BadInput&) {
+    if (!last) throw;
+  }
+  if (last) lifetimes.push_back(*last);
+  GoodputAccount account = account_goodput(std::move(lifetimes));
   account.skipped = skipped;
   return account;
 }
@@ -155,7 +175,9 @@ std::string utc_text(double unix_seconds) {
   return text;
 }
 
-std::string exit_text(const Lifetime& l) { return l.exit_code ? std::to_string(*l.exit_code) : std::string("killed"); }
+std::string exit_text(const Lifetime& l) {
+  return l.exit_code ? std::to_string(*l.exit_code) : std::string(l.open ? "open" : "killed");
+}
 
 double percent(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
 
@@ -204,7 +226,9 @@ std::string goodput_markdown(const GoodputAccount& a, const std::string& run_dir
         "later one started from (the checkpoint it resumed; all of them when it started afresh), at the lifetime's "
         "step time less data waits per step. 'killed': the process ended without a word (SIGKILL, an abort, a lost "
         "node); its record ends at the last update it wrote (every log line and save), so its last moments count as "
-        "nothing. Queue waits between jobs are not wall time here.\n";
+        "nothing. 'open': the last lifetime's record was never closed: it is still running, or it was killed and no "
+        "later lifetime has closed it yet (counted as a killed one, to its last update). Queue waits between jobs are "
+        "not wall time here.\n";
   return md;
 }
 

@@ -19,6 +19,10 @@
 
 namespace trident::report {
 
+// A run folder's record of the lifetime under way, rewritten at every log line and save, closed
+// into goodput.jsonl when the process ends (or by the next lifetime, when it was killed).
+inline constexpr const char* kOpenGoodputRecord = "goodput.open.json";
+
 // One process lifetime of a run, as goodput.jsonl holds it (seconds; times are Unix seconds).
 struct Lifetime {
   std::string job;   // SLURM_JOB_ID (with "+N" for its Nth requeue) or "pid P"
@@ -39,6 +43,9 @@ struct Lifetime {
   // first step, not lost before, and their compute time.
   int64_t work_lost_steps = 0;
   double work_lost_s = 0;
+  // Read from kOpenGoodputRecord (not written): the process is still running, or was killed and
+  // no later lifetime has closed its record yet.
+  bool open = false;
 
   double wall_s() const { return end - start; }
   int64_t steps_trained() const { return last_step - first_step; }
@@ -82,7 +89,8 @@ struct GoodputAccount {
   double goodput() const { return wall_s > 0 ? productive_s / wall_s : 0.0; }
 };
 GoodputAccount account_goodput(std::vector<Lifetime> lifetimes);
-// <run_dir>/goodput.jsonl read and summed.
+// <run_dir>/goodput.jsonl read and summed, with the open record (the last lifetime) when there is
+// one; BadInput naming the folder when it holds neither.
 GoodputAccount load_goodput(const std::string& run_dir);
 
 std::string goodput_markdown(const GoodputAccount& account, const std::string& run_dir);

@@ -84,6 +84,7 @@ StudyRun read_study_run(const std::string& file) {
   r.device = s.layout.device;
   r.schedule = s.layout.schedule;
   r.model = s.deck.model.kind;
+  r.precision = s.deck.optim.precision;
   r.global_batch = s.deck.optim.global_batch;
   r.micro_batch = s.layout.micro_batch;
   r.steps = s.steps;
@@ -126,10 +127,8 @@ Study compute_scaling(std::vector<StudyRun> runs, const std::string& kind) {
   if (!kind.empty() && kind != "strong" && kind != "weak")
     throw BadInput(fmt::format("report: --kind '{}': strong | weak", kind));
   for (auto& r : runs)
-    r.group = fmt::format("{} pp{} zero{} {} {}/{}", r.model, r.pp, r.zero, r.schedule, r.backend, r.device);
-  std::stable_sort(runs.begin(), runs.end(), [](const StudyRun& a, const StudyRun& b) {
-    return a.group != b.group ? a.group < b.group : a.world < b.world;
-  });
+    r.group = fmt::format("{} {} pp{} zero{} {} {}/{}", r.model, r.precision, r.pp, r.zero, r.schedule, r.backend,
+                          r.device);
 
   Study study;
   study.kind = kind;
@@ -147,6 +146,21 @@ Study compute_scaling(std::vector<StudyRun> runs, const std::string& kind) {
           "scaling) fixed; say which with --kind strong|weak");
     study.kind = strong ? "strong" : "weak";
   }
+  // Runs of one layout at another batch (another study in the same folders) are a group of their
+  // own: strong scaling keeps the global batch, weak scaling the batch per rank.
+  for (auto& r : runs)
+    r.group += study.kind == "strong"
+                   ? fmt::format(", global batch {}", r.global_batch)
+                   : fmt::format(", {:g} samples per rank", static_cast<double>(r.global_batch) / r.world);
+  std::stable_sort(runs.begin(), runs.end(), [](const StudyRun& a, const StudyRun& b) {
+    return a.group != b.group ? a.group < b.group : a.world < b.world;
+  });
+  // Two runs of a group at the same rank count leave its figures ambiguous (which is the baseline?).
+  for (size_t i = 1; i < runs.size(); ++i)
+    if (runs[i].group == runs[i - 1].group && runs[i].world == runs[i - 1].world)
+      throw BadInput(fmt::format("report: {} and {} are both runs of {} at {} rank(s): keep one (or give the "
+                                 "other study a folder of its own)",
+                                 runs[i - 1].file, runs[i].file, runs[i].group, runs[i].world));
 
   for (size_t first = 0; first < runs.size();) {
     size_t end = first;

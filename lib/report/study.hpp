@@ -23,7 +23,7 @@ struct StudyRun {
   std::string file;  // the report.json it came from
   std::string name;  // deck run.name
   int world = 1, nodes = 1, dp = 1, pp = 1, zero = 0;
-  std::string backend, device, schedule, model;
+  std::string backend, device, schedule, model, precision;
   int64_t global_batch = 0, micro_batch = 0, steps = 0, steps_run = 0;  // steps_run: in this run (after a resume)
   double step_time_s = 0, samples_per_s = 0;
   std::map<std::string, double> phase_s;          // time_s.* (max over ranks), seconds over the run
@@ -34,7 +34,9 @@ struct StudyRun {
   double bubble = 0, expected_bubble = 0;
   std::vector<StageReport> stages;
   // Filled by compute_scaling:
-  std::string group;  // the layout without the rank count, e.g. "cnn pp1 zero0 1f1b mpi/cpu"
+  // The layout without the rank count, and the batch the study's kind keeps, e.g.
+  // "cnn fp32 pp1 zero0 1f1b mpi/cpu, global batch 128"
+  std::string group;
   bool baseline = false;
   double speedup = 0, ideal_speedup = 0, efficiency = 0;
 };

@@ -55,7 +55,7 @@ bool append_line(const std::string& path, const std::string& line) {
 double process_start_unix() { return g_process_start; }
 
 GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step, bool new_run)
-    : jsonl_(output_dir + "/goodput.jsonl"), open_(output_dir + "/goodput.open.json") {
+    : jsonl_(output_dir + "/goodput.jsonl"), open_(output_dir + "/" + report::kOpenGoodputRecord) {
   if (new_run) {
     std::remove(open_.c_str());
     std::remove(jsonl_.c_str());

@@ -166,6 +166,38 @@ TEST(Goodput, AKilledLifetimeIsClosedByTheNextAndItsWorkAfterTheCheckpointIsLost
   fs::remove_all(dir);
 }
 
+// The report reads the open record as the chain's last lifetime: a run still training, or the
+// last job of a chain killed with no later one to close its record, counts to its last update.
+TEST(Goodput, TheOpenRecordIsTheLastLifetimeOfTheReport) {
+  const fs::path dir = fresh_dir("open");
+  {
+    auto first = std::make_unique<train::GoodputLog>(dir.string(), 0);
+    first->first_step_starts();
+    first->update({60, 30.0, 6.0, 1.0, 2.0});
+  }  // killed: only the open record
+  auto only = report::load_goodput(dir.string());
+  ASSERT_EQ(only.lifetimes.size(), 1u);
+  EXPECT_TRUE(only.lifetimes[0].open);
+  EXPECT_EQ(only.lifetimes[0].last_step, 60);
+  EXPECT_DOUBLE_EQ(only.productive_s, 30.0 - 6.0);
+  {
+    train::GoodputLog second(dir.string(), 40);  // closes the first into goodput.jsonl
+    second.first_step_starts();
+    second.update({70, 15.0, 0.0, 0.0, 1.0});
+  }  // killed too: the chain's last record is open
+  const auto acc = report::load_goodput(dir.string());
+  ASSERT_EQ(acc.lifetimes.size(), 2u);
+  EXPECT_FALSE(acc.lifetimes[0].open);
+  EXPECT_TRUE(acc.lifetimes[1].open);
+  EXPECT_EQ(acc.lifetimes[1].last_step, 70);
+  EXPECT_EQ(acc.work_lost_steps, 20);  // the first's steps 40..60, redone by the second
+  EXPECT_DOUBLE_EQ(acc.productive_s, (30.0 - 6.0) - 20 * 0.4 + 15.0);
+  const std::string md = report::goodput_markdown(acc, dir.string());
+  EXPECT_NE(md.find("| open | 40..70 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("'open': the last lifetime's record was never closed"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 // A lifetime killed before its first checkpoint, then a fresh start: all of the first one's steps
 // are lost, and its productive time is nothing, never less (its data waits stay data waits).
 TEST(Goodput, AllStepsLostLeaveNoProductiveTimeNotANegativeOne) {

@@ -3,6 +3,7 @@
 #include "report/study.hpp"
 #include "report/report.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@ class StudyReport : public ScratchFolderTest {
     std::ofstream(dir_ / sub / "report.json")
         << "{\"trident_version\": \"0.1.0\", \"deck\": {\"run\": {\"name\": \"" << sub
         << "\"}, \"model\": {\"kind\": \"mlp\"}, \"optim\": {\"global_batch\": " << global_batch
-        << ", \"micro_batch\": 16}},\n"
+        << ", \"micro_batch\": 16, \"precision\": \"" << precision_ << "\"}},\n"
         << " \"layout\": {\"world\": " << world << ", \"nodes\": " << nodes << ", \"dp\": " << world / pp
         << ", \"pp\": " << pp << ", \"zero\": 0, \"backend\": \"mpi\", \"device\": \"cpu\", \"schedule\": \"1f1b\"},\n"
         << " \"steps\": 100, \"resumed_from\": "
@@ -43,6 +44,7 @@ class StudyReport : public ScratchFolderTest {
            "\"master\": 0}, \"peak_bytes\": 104857600}}\n";
   }
   std::string path() const { return dir_.string(); }
+  std::string precision_ = "fp32";  // of the runs written next
   trident::report::Study load(const std::string& kind) const {
     return load_study(std::vector<std::string>{path()}, kind);
   }
@@ -170,6 +172,43 @@ TEST_F(StudyReport, BadInputNamesTheFile) {
     FAIL() << "report.json without steps accepted";
   } catch (const BadInput& e) {
     EXPECT_NE(std::string(e.what()).find("no field 'deck.optim.global_batch'"), std::string::npos) << e.what();
+  }
+}
+
+// Folders holding two studies of one layout: each batch (strong: global; weak: per rank) and each
+// precision is a group of its own, with its own baseline; two runs of a group at one rank count
+// are refused, naming both.
+TEST_F(StudyReport, EachBatchAndPrecisionIsAGroupOfItsOwn) {
+  run("g64/r1", 1, 1, 0.100, 64);
+  run("g64/r2", 2, 1, 0.060, 64);
+  run("g128/r1", 1, 1, 0.200, 128);
+  run("g128/r2", 2, 1, 0.100, 128);
+  precision_ = "bf16";
+  run("bf16/r2", 2, 1, 0.040, 64);
+  run("bf16/r4", 4, 2, 0.025, 64);
+  const auto s = load("strong");
+  ASSERT_EQ(s.baseline_of.size(), 3u);
+  for (const auto& r : s.runs) {
+    const bool g128 = r.global_batch == 128, bf16 = r.precision == "bf16";
+    EXPECT_EQ(r.group, fmt::format("mlp {} pp1 zero0 1f1b mpi/cpu, global batch {}", bf16 ? "bf16" : "fp32",
+                                   r.global_batch));
+    EXPECT_EQ(r.baseline, r.world == (bf16 ? 2 : 1)) << r.file;
+    const double t0 = bf16 ? 0.040 : g128 ? 0.200 : 0.100, n0 = bf16 ? 2 : 1;
+    EXPECT_NEAR(r.speedup, t0 / r.step_time_s, 1e-12) << r.file;
+    EXPECT_NEAR(r.efficiency, t0 * n0 / (r.world * r.step_time_s), 1e-12) << r.file;
+  }
+  precision_ = "fp32";
+  run("again/r2", 2, 1, 0.065, 64);
+  try {
+    load("strong");
+    FAIL() << "two runs of one group at 2 ranks accepted";
+  } catch (const BadInput& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("again/r2/report.json and "), std::string::npos) << what;
+    EXPECT_NE(what.find("g64/r2/report.json are both runs of mlp fp32 pp1 zero0 1f1b mpi/cpu, global batch 64 at 2 "
+                        "rank(s)"),
+              std::string::npos)
+        << what;
   }
 }
 
