@@ -39,11 +39,13 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || usage
 [[ $links =~ ^[1-9][0-9]*$ ]] || { echo "restart_chain.sh: -n wants a positive count, got '$links'" >&2; exit 2; }
+# -j: a path, or the name of a job script next to this one (-j hybrid.slurm).
+[ -r "$script" ] || [ ! -r "$here/$script" ] || script=$here/$script
 [ -r "$script" ] || { echo "restart_chain.sh: no job script $script" >&2; exit 2; }
 
 name=trident-chain-$(date +%Y%m%d-%H%M%S)-$$
 signal_s=${SIGNAL_S:-120}
-previous=
+previous= submitted=()
 for ((k = 1; k <= links; k++)); do
   dependency=()
   [ -n "$previous" ] && dependency=(--dependency="afterany:$previous")
@@ -51,7 +53,13 @@ for ((k = 1; k <= links; k++)); do
   # requeueing (unless TRIDENT_MAX_REQUEUE says otherwise), and a finished run ends the chain.
   # ${a[@]+"${a[@]}"}: an array that may be empty, which bash before 4.4 calls unbound (set -u).
   previous=$(sbatch --parsable --job-name="$name" --signal="B:USR1@$signal_s" --export="ALL,TRIDENT_CHAIN=1,TRIDENT_SIGNAL_LEAD_S=$signal_s" \
-                    ${dependency[@]+"${dependency[@]}"} ${sbatch_args[@]+"${sbatch_args[@]}"} "$script" "$@")
+                    ${dependency[@]+"${dependency[@]}"} ${sbatch_args[@]+"${sbatch_args[@]}"} "$script" "$@") || {
+    # No half chain: the links already submitted are cancelled.
+    echo "restart_chain.sh: sbatch failed at link $k; cancelling the ${#submitted[@]} link(s) already submitted" >&2
+    [ ${#submitted[@]} -eq 0 ] || scancel "${submitted[@]}"
+    exit 1
+  }
   previous=${previous%%;*}  # --parsable prints "id;cluster" on multi-cluster setups
+  submitted+=("$previous")
   echo "$previous"
 done

@@ -66,6 +66,21 @@ IFS=, read -r -a rank_list <<<"$ranks"
 for r in "${rank_list[@]}"; do
   [[ $r =~ ^[1-9][0-9]*$ ]] || { echo "$me: --ranks wants positive counts, got '$r'" >&2; exit 2; }
 done
+# -j: a path, or the name of a job script next to this one (-j hybrid.slurm).
+[ -r "$script" ] || [ ! -r "$here/$script" ] || script=$here/$script
+[ -r "$script" ] || { echo "$me: no job script $script" >&2; exit 2; }
+# Weak scaling sets the batches itself: an override after `--` would come last and win, silently
+# making every run the same work (a strong study reported as weak).
+if [ "$kind" = weak ]; then
+  for arg in "$@"; do
+    case $arg in
+      optim.global_batch=*|optim.micro_batch=*|--set=optim.global_batch=*|--set=optim.micro_batch=*)
+        echo "$me: weak scaling sets optim.global_batch (--per-rank-batch x ranks) and optim.micro_batch itself;" \
+             "drop '$arg' (--per-rank-batch B chooses the work per rank)" >&2
+        exit 2 ;;
+    esac
+  done
+fi
 
 # trident for the report job: $TRIDENT, the module, PATH, $TRIDENT_HOME/bin (as the job scripts).
 if [ -z "${TRIDENT:-}" ]; then
@@ -81,10 +96,22 @@ study=$(realpath -m "${study:-studies/$kind-$(date +%Y%m%d-%H%M%S)}")
 mkdir -p "$study/runs" "$study/logs"
 echo "$study"
 
-ids=() previous=
+# Every run's folder checked before the first job is submitted: none is left queued by a refusal.
 for r in "${rank_list[@]}"; do
   run=$study/runs/ranks_$r
-  [ -e "$run/report.json" ] && { echo "$me: $run already holds a finished run; use another --study" >&2; exit 2; }
+  [ ! -e "$run/report.json" ] || { echo "$me: $run already holds a finished run; use another --study" >&2; exit 2; }
+done
+
+ids=() previous=
+# A submission that fails (a bad SBATCH_OPTION, the queue's limits) cancels the jobs already
+# submitted: no half study runs without its report.
+submit_failed() {
+  echo "$me: sbatch failed; cancelling the ${#ids[@]} job(s) already submitted for this study" >&2
+  [ ${#ids[@]} -eq 0 ] || scancel "${ids[@]}"
+  exit 1
+}
+for r in "${rank_list[@]}"; do
+  run=$study/runs/ranks_$r
   per_node=$((r < tpn ? r : tpn))
   nodes=$(((r + tpn - 1) / tpn))
   batch=()
@@ -93,7 +120,8 @@ for r in "${rank_list[@]}"; do
   [ "$serial" = 1 ] && [ -n "$previous" ] && dependency=(--dependency="afterany:$previous")
   id=$(sbatch --parsable --job-name="trident-$kind-r$r" --nodes="$nodes" --ntasks="$r" --ntasks-per-node="$per_node" \
               --exclusive --output="$study/logs/ranks_$r-%j.out" ${dependency[@]+"${dependency[@]}"} ${sbatch_args[@]+"${sbatch_args[@]}"} \
-              "$script" "$deck" ${batch[@]+"${batch[@]}"} "$@" --set "run.name=${kind}_ranks_$r" --set "run.output_dir=$run")
+              "$script" "$deck" ${batch[@]+"${batch[@]}"} "$@" --set "run.name=${kind}_ranks_$r" --set "run.output_dir=$run") \
+    || submit_failed
   id=${id%%;*}
   ids+=("$id")
   previous=$id
@@ -104,5 +132,6 @@ done
 # the table, it does not keep the report pending forever).
 deps=$(IFS=:; echo "${ids[*]}")
 report_cmd=$(printf '%q ' "$TRIDENT" report "$study/runs" --out "$study/report" --kind "$kind")
-sbatch --parsable --job-name="trident-$kind-report" --nodes=1 --ntasks=1 --dependency="afterany:$deps" \
-       --output="$study/logs/report-%j.out" ${sbatch_args[@]+"${sbatch_args[@]}"} --wrap "$report_cmd" | cut -d';' -f1
+id=$(sbatch --parsable --job-name="trident-$kind-report" --nodes=1 --ntasks=1 --dependency="afterany:$deps" \
+            --output="$study/logs/report-%j.out" ${sbatch_args[@]+"${sbatch_args[@]}"} --wrap "$report_cmd") || submit_failed
+echo "${id%%;*}"

@@ -191,6 +191,8 @@ SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_interval=5,bf_interval=5
 ReturnToService=2
 MinJobAge=300
+# As many sites: a job larger than its partition is refused at submission, not left pending.
+EnforcePartLimits=ALL
 SlurmdParameters=config_overrides
 Epilog=$STATE/etc/epilog.sh
 EOF

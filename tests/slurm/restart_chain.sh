@@ -2,7 +2,8 @@
 # restart_chain.sh STATE SOURCE_DIR TRIDENT: jobs/restart_chain.sh -n 3. The first link is
 # stopped by SIGUSR1 (as a time limit's warning signal would), checkpoints and exits 3 without
 # requeueing; the second link (afterany) resumes and finishes; the third is cancelled. Then a
-# chain of hybrid.slurm jobs with a layout its plan refuses: the first link cancels the second.
+# chain of hybrid.slurm jobs (-j hybrid.slurm: the name of a script next to restart_chain.sh) with a
+# layout its plan refuses: the first link cancels the second.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" restart_chain
 export TRIDENT=$trident
 steps=4000
@@ -27,7 +28,7 @@ echo "link 1 exit 3, link 2 resumed and finished, link 3 cancelled, after $(elap
 # it (exit 2) before any rank starts, and the rest of the chain is cancelled then, not started
 # link after link to fail the same way.
 # shellcheck disable=SC2046
-mapfile -t bad < <("$src/jobs/restart_chain.sh" -n 2 -j "$src/jobs/hybrid.slurm" --ntasks-per-node=1 \
+mapfile -t bad < <("$src/jobs/restart_chain.sh" -n 2 -j hybrid.slurm --ntasks-per-node=1 \
                      --output="$work/bad-%j.out" -- $(tiny_args 40) --set parallel.pp=3 --set run.output_dir="$work/bad")
 [ ${#bad[@]} = 2 ] || fail "restart_chain.sh printed ${#bad[@]} job ids, expected 2"
 s=$(wait_job "${bad[0]}" 60)

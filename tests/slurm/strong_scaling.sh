@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # strong_scaling.sh STATE SOURCE_DIR TRIDENT: jobs/strong_scaling.sh at 1, 2 and 4 ranks (2 per
 # node) into one study folder, then its dependent `trident report` job: report.md with a row per
-# rank count (the 1-rank run the baseline), report.csv with 3 runs, report.svg.
+# rank count (the 1-rank run the baseline), report.csv with 3 runs, report.svg. A study sbatch
+# refuses part of is cancelled whole.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" strong_scaling
 export TRIDENT=$trident
 # --serial: one run at a time (this machine's 2 cores serve both "nodes").
@@ -22,5 +23,17 @@ grep -qE '^\| 4 \| 2 \| dp 4 × pp 1' "$md" || { cat "$md"; fail "no 4-rank row 
 [ "$(wc -l <"$study/report/report.csv")" = 4 ] || fail "report.csv does not hold a header and 3 runs"
 grep -q '<polyline' "$study/report/report.svg" || fail "report.svg has no curves"
 sed -n '/^| ranks | nodes/,/^$/p' "$md"
+
+# A rank count the cluster cannot hold (64 ranks, 2 per node: 32 nodes of its 2): sbatch refuses
+# that run; the one already queued (held here, so that it cannot start) is cancelled, and no
+# report job is submitted: no half study.
+# shellcheck disable=SC2046
+if "$src/jobs/strong_scaling.sh" --ranks 1,64 --tasks-per-node 2 --hold --study "$work/too_big" -- $(tiny_args 40) \
+     >too_big.txt 2>&1; then
+  cat too_big.txt; fail "a study of 64 ranks on a 2-node cluster was submitted"
+fi
+grep -q "sbatch failed; cancelling the 1 job(s) already submitted" too_big.txt || { cat too_big.txt; fail "no message about the cancelled job"; }
+left=$(squeue -h -t PENDING,RUNNING -o %j | grep -c "^trident-strong" || true)
+[ "$left" = 0 ] || { squeue; fail "$left job(s) of the refused study are still queued"; }
 echo "after $(elapsed)"
 echo PASS
