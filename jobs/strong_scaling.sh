@@ -1,7 +1,7 @@
 #!/bin/bash
 # Strong scaling: the same global batch (the deck's optim.global_batch) at every rank count, one
 # job per count into one study folder, then a job that runs `trident report --kind strong`
-# (speedup T1/TN, efficiency T1/(N*TN) against the smallest run).
+# (against the smallest run, N0 ranks, step time T0: speedup T0/TN, efficiency T0*N0/(N*TN)).
 #
 # Usage: jobs/strong_scaling.sh [--ranks 1,2,4,8] [--tasks-per-node T] [--study DIR] [--serial]
 #          [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set section.key=value ...]

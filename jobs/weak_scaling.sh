@@ -1,7 +1,8 @@
 #!/bin/bash
 # Weak scaling: the same work per rank at every rank count (optim.global_batch = B x ranks,
 # optim.micro_batch = B, B from --per-rank-batch, default 64), one job per count into one study
-# folder, then a job that runs `trident report --kind weak` (efficiency T1/TN: the step time
+# folder, then a job that runs `trident report --kind weak` (efficiency T0/TN against the smallest
+# run, step time T0: the step time
 # should stay flat).
 #
 # Usage: jobs/weak_scaling.sh [--ranks 1,2,4,8] [--tasks-per-node T] [--per-rank-batch B]
