@@ -140,25 +140,31 @@ GoodputAccount account_goodput(std::vector<Lifetime> lifetimes) {
 GoodputAccount load_goodput(const std::string& run_dir) {
   std::vector<std::string> skipped;
   const std::string closed = run_dir + "/goodput.jsonl", open = run_dir + "/" + kOpenGoodputRecord;
-  // The lifetime under way, or killed as the chain's last: its record is still open.
-  std::optional<Lifetime> last;
+  std::vector<Lifetime> lifetimes;
+  std::string unreadable;  // goodput.jsonl's problem, when there is no closed record
+  try {
+    lifetimes = read_goodput(closed, &skipped);
+  } catch (const BadInput& e) {
+    unreadable = e.what();
+  }
+  // The lifetime under way, or killed as the chain's last: its record is still open. Read after
+  // goodput.jsonl: a process that closed its record in between is there already.
   if (std::ifstream in(open); in) {
     std::string line;
     std::getline(in, line);
     try {
-      last = parse_lifetime(line, open);
-      last->open = true;
+      Lifetime last = parse_lifetime(line, open);
+      last.open = true;
+      const Lifetime* before = lifetimes.empty() ? nullptr : &lifetimes.back();
+      const bool closed_since =
+          before && before->job == last.job && before->start == last.start && before->first_step == last.first_step;
+      if (!closed_since) lifetimes.push_back(last);
     } catch (const BadInput& e) {
       skipped.push_back(e.what());
+      if (lifetimes.empty()) unreadable += std::string("; ") + e.what();
     }
   }
-  std::vector<Lifetime> lifetimes;
-  try {
-    lifetimes = read_goodput(closed, &skipped);
-  } catch (const BadInput&) {
-    if (!last) throw;
-  }
-  if (last) lifetimes.push_back(*last);
+  if (lifetimes.empty()) throw BadInput(unreadable);
   GoodputAccount account = account_goodput(std::move(lifetimes));
   account.skipped = skipped;
   return account;

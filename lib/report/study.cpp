@@ -147,11 +147,27 @@ Study compute_scaling(std::vector<StudyRun> runs, const std::string& kind) {
     study.kind = strong ? "strong" : "weak";
   }
   // Runs of one layout at another batch (another study in the same folders) are a group of their
-  // own: strong scaling keeps the global batch, weak scaling the batch per rank.
-  for (auto& r : runs)
-    r.group += study.kind == "strong"
-                   ? fmt::format(", global batch {}", r.global_batch)
-                   : fmt::format(", {:g} samples per rank", static_cast<double>(r.global_batch) / r.world);
+  // own: strong scaling keeps the global batch, weak scaling the batch per rank. A run alone at its
+  // batch among others of its layout breaks the kind's rule (a weak report of a strong study):
+  // refused, as it would be its own baseline and say nothing.
+  std::map<std::string, std::vector<std::string>> batches_of_layout;  // layout -> each run's batch group
+  for (auto& r : runs) {
+    const std::string layout = r.group;
+    r.group += study.kind == "strong" ? fmt::format(", global batch {}", r.global_batch)
+               : r.global_batch % r.world == 0
+                   ? fmt::format(", {} samples per rank", r.global_batch / r.world)
+                   : fmt::format(", {}/{} samples per rank", r.global_batch, r.world);
+    batches_of_layout[layout].push_back(r.group);
+  }
+  for (const auto& r : runs) {
+    const auto& groups = batches_of_layout[r.group.substr(0, r.group.find(','))];
+    if (groups.size() > 1 && std::count(groups.begin(), groups.end(), r.group) == 1)
+      throw BadInput(fmt::format("report: {} is the only run of {}: its layout's runs do not keep the {} "
+                                 "({} scaling) fixed; report them with the kind they follow, or give each "
+                                 "study a folder of its own",
+                                 r.file, r.group, study.kind == "strong" ? "global batch" : "batch per rank",
+                                 study.kind));
+  }
   std::stable_sort(runs.begin(), runs.end(), [](const StudyRun& a, const StudyRun& b) {
     return a.group != b.group ? a.group < b.group : a.world < b.world;
   });

@@ -13,7 +13,7 @@ cmake --install "$build" --prefix "$prefix" >/dev/null || fail "cmake --install 
 script=$src/jobs/ddp_2nodes.slurm
 
 # One task per node: 2 ranks on this machine's 2 cores.
-id=$(TRIDENT=$prefix/bin/trident sbatch --parsable --ntasks-per-node=1 --output="$work/default-%j.out" "$script" \
+id=$(env -u TRIDENT_HOME TRIDENT=$prefix/bin/trident sbatch --parsable --ntasks-per-node=1 --output="$work/default-%j.out" "$script" \
        --set run.max_steps=2 --set run.threads=1)
 expect_completed "$id" 240 "ddp_2nodes.slurm --set ... (the default deck)"
 grep -q "  $prefix/bin/trident train $prefix/share/trident/inputs/fashion_mnist_ddp.ini --set run.max_steps=2 --set run.threads=1" \

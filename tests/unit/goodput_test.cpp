@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <regex>
 
@@ -195,6 +196,21 @@ TEST(Goodput, TheOpenRecordIsTheLastLifetimeOfTheReport) {
   const std::string md = report::goodput_markdown(acc, dir.string());
   EXPECT_NE(md.find("| open | 40..70 |"), std::string::npos) << md;
   EXPECT_NE(md.find("'open': the last lifetime's record was never closed"), std::string::npos);
+  // Read while a process closes its record (appended to goodput.jsonl, the open file not yet
+  // removed): the lifetime counts once, as closed.
+  {
+    train::GoodputLog third(dir.string(), 70);
+    third.first_step_starts();
+    third.update({80, 5.0, 0.0, 0.0, 0.0});
+    std::ifstream in(dir / "goodput.open.json");
+    const std::string open_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    third.close(0, {90, 10.0, 0.0, 0.0, 0.0});
+    std::ofstream(dir / "goodput.open.json") << open_text;
+  }
+  const auto closing = report::load_goodput(dir.string());
+  ASSERT_EQ(closing.lifetimes.size(), 3u);
+  EXPECT_FALSE(closing.lifetimes[2].open);
+  EXPECT_EQ(closing.lifetimes[2].exit_code, std::optional<int>(0));
   fs::remove_all(dir);
 }
 

@@ -212,12 +212,26 @@ TEST_F(StudyReport, EachBatchAndPrecisionIsAGroupOfItsOwn) {
   }
 }
 
+// Batches that follow neither rule need a kind, and the kind's rule: a run alone at its batch
+// among its layout's runs would be its own baseline (a weak report of a strong study).
 TEST_F(StudyReport, MixedBatchesNeedAKind) {
   run("a", 1, 1, 0.1, 64);
   run("b", 2, 1, 0.1, 96);
   EXPECT_THROW(load(""), BadInput);
-  EXPECT_EQ(load("weak").kind, "weak");
   EXPECT_THROW(load("medium"), BadInput);
+  try {
+    load("weak");
+    FAIL() << "runs at 64 and 48 samples per rank reported as weak scaling";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("a/report.json is the only run of mlp fp32 pp1 zero0 1f1b mpi/cpu, 64 "
+                                         "samples per rank: its layout's runs do not keep the batch per rank (weak "
+                                         "scaling) fixed"),
+              std::string::npos)
+        << e.what();
+  }
+  run("b", 2, 1, 0.1, 128);  // now weak: 64 per rank
+  EXPECT_EQ(load("weak").runs.back().group, "mlp fp32 pp1 zero0 1f1b mpi/cpu, 64 samples per rank");
+  EXPECT_THROW(load("strong"), BadInput);  // a weak study reported as strong
 }
 
 // What trident writes is what trident report reads: a Summary with a distinct value in every
