@@ -38,13 +38,6 @@ using hdf5::Hid;
 namespace {
 constexpr int64_t kWritePieceBytes = int64_t{1} << 20;  // the largest single write (see save)
 
-// The innermost entry of an HDF5 error stack: the system's reason ("No space left on device").
-std::string innermost(const std::string& stack) {
-  std::string text = stack.substr(0, stack.find(" (H5"));
-  std::replace(text.begin(), text.end(), '\n', ' ');  // MPI-IO's error strings span lines
-  return text;
-}
-
 // ---- selections of a flat element range in an N-d dataspace ---------------------------------
 
 // Adds elements [lo, hi) (C order, relative to the sub-array at `prefix`) of a dataspace with

@@ -69,4 +69,10 @@ void fail_hdf5(const char* call, const char* file, int line) {
   fatal_one(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + hdf5_error_text());
 }
 
+std::string innermost(const std::string& hdf5_stack) {
+  std::string text = hdf5_stack.substr(0, hdf5_stack.find(" (H5"));
+  std::replace(text.begin(), text.end(), '\n', ' ');  // MPI-IO's error strings span lines
+  return text;
+}
+
 }  // namespace trident

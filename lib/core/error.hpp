@@ -75,6 +75,9 @@ void set_identity(int rank, const std::string& host);
 [[noreturn]] void fail_hdf5(const char* call, const char* file, int line);
 // HDF5's error stack as one line (innermost first), then cleared.
 std::string hdf5_error_text();
+// The innermost entry of such a stack: the system's or the filter's reason ("No space left on
+// device", "inflate() failed").
+std::string innermost(const std::string& hdf5_stack);
 
 
 }  // namespace trident

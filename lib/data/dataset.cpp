@@ -32,12 +32,8 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
   }
   if (hdf5::link_exists(file_, "/" + split + "/tokens") && !hdf5::link_exists(file_, "/" + split + "/inputs"))
     bad(fmt::format("/{}/tokens: a token dataset; train it with model.kind = gpt", split));
-  for (const char* name : {"inputs", "labels"}) {
-    const std::string full = "/" + split + "/" + name;
-    if (!hdf5::link_exists(file_, full)) bad(fmt::format("dataset {} is missing", full));
-  }
-  inputs_ = hdf5::Hid(HDF5_CHECK(H5Dopen2(file_, ("/" + split + "/inputs").c_str(), H5P_DEFAULT)));
-  labels_ = hdf5::Hid(HDF5_CHECK(H5Dopen2(file_, ("/" + split + "/labels").c_str(), H5P_DEFAULT)));
+  inputs_ = open_dataset("inputs");
+  labels_ = open_dataset("labels");
 
   const auto in_shape = hdf5::dataset_shape(inputs_);
   const auto label_shape = hdf5::dataset_shape(labels_);
@@ -46,6 +42,12 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
     bad(fmt::format("/{}/labels must be a vector of {} labels, one per input", split, in_shape[0]));
   size_ = static_cast<int64_t>(in_shape[0]);
   sample_shape_.assign(in_shape.begin() + 1, in_shape.end());
+  if (size_ < 1) bad(fmt::format("/{}/inputs holds no samples", split));
+  if (std::count(sample_shape_.begin(), sample_shape_.end(), 0) > 0) {
+    std::string shape;
+    for (const int64_t d : sample_shape_) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    bad(fmt::format("/{}/inputs has samples of shape {} (a dimension of size 0)", split, shape));
+  }
 
   hdf5::Hid in_type(HDF5_CHECK(H5Dget_type(inputs_)));
   const std::string in_type_name = hdf5::type_name(in_type);
@@ -60,7 +62,8 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
 
   // Labels are small (8 bytes a sample): all of them are checked once, here.
   std::vector<int64_t> all(static_cast<size_t>(size_));
-  HDF5_CHECK(H5Dread(labels_, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));
+  if (H5Dread(labels_, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()) < 0)
+    bad(fmt::format("/{}/labels cannot be read ({}): the file is damaged", split, innermost(hdf5_error_text())));
   const auto outside = std::find_if(all.begin(), all.end(), [&](int64_t l) { return l < 0 || l >= classes_; });
   if (outside != all.end()) {
     // A label byte changed on disk is named as the damage it is, not as a wrong label.
@@ -85,7 +88,7 @@ void SplitReader::open_tokens() {
                     "text --out {})",
                     name, path_));
   }
-  tokens_ = hdf5::Hid(HDF5_CHECK(H5Dopen2(file_, name.c_str(), H5P_DEFAULT)));
+  tokens_ = open_dataset("tokens");
   const auto shape = hdf5::dataset_shape(tokens_);
   if (shape.size() != 1) bad(fmt::format("{} must be 1-D (has rank {})", name, shape.size()));
   hdf5::Hid type(HDF5_CHECK(H5Dget_type(tokens_)));
@@ -98,28 +101,68 @@ void SplitReader::open_tokens() {
   classes_ = read_count_attribute("vocab");
 }
 
+hdf5::Hid SplitReader::open_dataset(const char* name) {
+  const std::string full = "/" + split_ + "/" + name;
+  if (!hdf5::link_exists(file_, full)) fatal_all(fmt::format("data.path {}: dataset {} is missing", path_, full));
+  hdf5::Hid dataset(H5Dopen2(file_, full.c_str(), H5P_DEFAULT));
+  if (!dataset.valid())  // a group of that name, a dangling link
+    fatal_all(fmt::format("data.path {}: {} is not a dataset HDF5 can open ({})", path_, full, innermost(hdf5_error_text())));
+  return dataset;
+}
+
 long long SplitReader::read_count_attribute(const char* name) {
-  if (H5Aexists(file_, name) <= 0) fatal_all(fmt::format("data.path {}: root attribute '{}' is missing", path_, name));
+  auto bad = [&](const std::string& what) {
+    fatal_all(fmt::format("data.path {}: root attribute '{}' {}", path_, name, what));
+  };
+  if (H5Aexists(file_, name) <= 0) bad("is missing");
   hdf5::Hid attr(HDF5_CHECK(H5Aopen(file_, name, H5P_DEFAULT)));
+  // One integer: an array or a string read into one long long would overrun it.
+  hdf5::Hid space(HDF5_CHECK(H5Aget_space(attr)));
+  hdf5::Hid type(HDF5_CHECK(H5Aget_type(attr)));
+  if (H5Sget_simple_extent_npoints(space) != 1 || H5Tget_class(type) != H5T_INTEGER)
+    bad(fmt::format("must be one integer (it is {} value(s) of type {})", H5Sget_simple_extent_npoints(space),
+                    hdf5::type_name(type)));
   long long count = 0;
-  HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &count));
-  if (count < 2) fatal_all(fmt::format("data.path {}: attribute '{}' = {} (must be >= 2)", path_, name, count));
+  if (H5Aread(attr, H5T_NATIVE_LLONG, &count) < 0)  // out of range for a long long (uint64)
+    bad(fmt::format("cannot be read as a 64-bit integer ({})", innermost(hdf5_error_text())));
+  // The model's last layer (classes) or its embedding and head (vocab) are this wide.
+  constexpr long long kMaxCount = (1LL << 31) - 1;
+  if (count < 2 || count > kMaxCount)
+    bad(fmt::format("= {} is out of range (2 to {})", count, kMaxCount));
   return count;
+}
+
+void SplitReader::read_or_fault(hid_t dataset, const char* name, hid_t mem_type, hid_t mem_space, hid_t file_space,
+                                void* out) {
+  if (H5Dread(dataset, mem_type, mem_space, file_space, H5P_DEFAULT, out) >= 0) return;
+  // A damaged compressed chunk, an I/O error of the file system: this rank's fault, named.
+  fatal_one(fmt::format("data.path {}: /{}/{} cannot be read ({}): the file is damaged or its file system failed; "
+                        "check it with: trident inspect {}",
+                        path_, split_, name, innermost(hdf5_error_text()), path_));
 }
 
 std::string SplitReader::find_bad_values(int64_t begin, int64_t end) {
   if (tokens()) {
-    constexpr int64_t kChunk = 4096;  // samples per read
-    for (int64_t first = begin; first < end; first += kChunk) {
-      std::vector<int64_t> indices(static_cast<size_t>(std::min(end, first + kChunk) - first));
-      std::iota(indices.begin(), indices.end(), first);
-      const at::Tensor windows = read_windows(indices);
-      const at::Tensor where = windows.lt(0).logical_or(windows.ge(classes_)).nonzero();
+    // The tokens samples [begin, end) cover, one contiguous read of up to 1 Mi tokens at a time
+    // (not a window per sample).
+    constexpr int64_t kTokens = 1 << 20;
+    const int64_t last = end * seq_len_ + 1;  // one past the last target
+    for (int64_t first = begin * seq_len_; first < last; first += kTokens) {
+      const int64_t n = std::min(last, first + kTokens) - first;
+      at::Tensor tokens = at::empty({n}, at::kLong);
+      {
+        std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+        hdf5::Hid file_space(HDF5_CHECK(H5Dget_space(tokens_)));
+        const hsize_t start[1] = {static_cast<hsize_t>(first)}, count[1] = {static_cast<hsize_t>(n)};
+        HDF5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+        hdf5::Hid mem_space(HDF5_CHECK(H5Screate_simple(1, count, nullptr)));
+        read_or_fault(tokens_, "tokens", H5T_NATIVE_INT64, mem_space, file_space, tokens.data_ptr());
+      }
+      const at::Tensor where = tokens.lt(0).logical_or(tokens.ge(classes_)).nonzero();
       if (where.numel() > 0) {
-        const int64_t row = where[0][0].item<int64_t>(), column = where[0][1].item<int64_t>();
+        const int64_t at = where[0][0].item<int64_t>();
         return fmt::format("data.path {}: /{}/tokens: token {} at position {} is outside [0, {}) (attribute 'vocab')",
-                           path_, split_, windows[row][column].item<int64_t>(), (first + row) * seq_len_ + column,
-                           classes_);
+                           path_, split_, tokens[at].item<int64_t>(), first + at, classes_);
       }
     }
     return "";
@@ -165,7 +208,7 @@ at::Tensor SplitReader::read_windows(const std::vector<int64_t>& indices) {
     for (int64_t i = 0; i < n; ++i) {
       const hsize_t start[1] = {static_cast<hsize_t>(indices[static_cast<size_t>(i)] * seq_len_)};
       HDF5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
-      HDF5_CHECK(H5Dread(tokens_, H5T_NATIVE_INT64, mem_space, file_space, H5P_DEFAULT, windows[i].data_ptr()));
+      read_or_fault(tokens_, "tokens", H5T_NATIVE_INT64, mem_space, file_space, windows[i].data_ptr());
     }
   }
   return windows;
@@ -216,7 +259,8 @@ void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor* inputs, 
       const hid_t mem_type = tensor == &raw_labels ? H5T_NATIVE_INT64
                              : inputs_are_bytes_   ? H5T_NATIVE_UINT8
                                                    : H5T_NATIVE_FLOAT;
-      HDF5_CHECK(H5Dread(dataset, mem_type, mem_space, file_space, H5P_DEFAULT, tensor->data_ptr()));
+      read_or_fault(dataset, tensor == &raw_labels ? "labels" : "inputs", mem_type, mem_space, file_space,
+                    tensor->data_ptr());
     }
   }
   // Row k of the sorted read is indices[order[k]]: scatter back to the requested order.

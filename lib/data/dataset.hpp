@@ -52,7 +52,10 @@ class SplitReader {
   std::string path_, split_;
   void open_tokens();
   std::string damaged(const char* dataset, const std::string& problem) const;  // the message of find_damaged_rows
-  long long read_count_attribute(const char* name);  // 'classes' or 'vocab', >= 2
+  long long read_count_attribute(const char* name);  // 'classes' or 'vocab', one integer in [2, 2^31)
+  hdf5::Hid open_dataset(const char* name);          // /<split>/<name>, or bad input naming it
+  // H5Dread, or a fault naming the data file and the dataset (a damaged chunk, an I/O error).
+  void read_or_fault(hid_t dataset, const char* name, hid_t mem_type, hid_t mem_space, hid_t file_space, void* out);
   at::Tensor read_windows(const std::vector<int64_t>& indices);  // int64 [n, seq_len + 1]
   void read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
   hdf5::Hid file_, inputs_, labels_, tokens_;

@@ -81,6 +81,48 @@ void make_dataset(const std::string& dir, const Spec& spec) {
   }
 }
 
+// Datasets a writer of one's own (h5py) can make, that trident must refuse naming the problem:
+// 'classes' as an array (read into one integer it overran the stack), a test split without
+// samples (its loss was NaN), samples with a dimension of size 0, a group where a dataset belongs.
+void make_writer_mistakes(const std::string& dir) {
+  const auto open = [&](const char* name) {
+    Hid file(H5Fopen((dir + "/" + name + ".h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    check(file.valid(), std::string("H5Fopen ") + name);
+    return file;
+  };
+  make_dataset(dir, {"classes_array"});
+  {
+    Hid file = open("classes_array");
+    check(H5Adelete(file, "classes") >= 0, "H5Adelete classes");
+    const std::vector<int64_t> many(8000, 4);
+    const hsize_t n = many.size();
+    Hid space(H5Screate_simple(1, &n, nullptr));
+    Hid attr(H5Acreate2(file, "classes", H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT));
+    check(attr.valid() && H5Awrite(attr, H5T_NATIVE_INT64, many.data()) >= 0, "classes as an array");
+  }
+  make_dataset(dir, {"empty_test"});
+  {
+    Hid file = open("empty_test");
+    check(H5Ldelete(file, "/test/inputs", H5P_DEFAULT) >= 0 && H5Ldelete(file, "/test/labels", H5P_DEFAULT) >= 0,
+          "H5Ldelete /test");
+    write(file, "/test/inputs", {0, 1, 4, 4}, H5T_NATIVE_FLOAT, nullptr);
+    write(file, "/test/labels", {0}, H5T_NATIVE_INT64, nullptr);
+  }
+  make_dataset(dir, {"zero_width"});
+  {
+    Hid file = open("zero_width");
+    check(H5Ldelete(file, "/train/inputs", H5P_DEFAULT) >= 0, "H5Ldelete /train/inputs");
+    write(file, "/train/inputs", {256, 1, 4, 0}, H5T_NATIVE_FLOAT, nullptr);
+  }
+  make_dataset(dir, {"inputs_group"});
+  {
+    Hid file = open("inputs_group");
+    check(H5Ldelete(file, "/train/inputs", H5P_DEFAULT) >= 0, "H5Ldelete /train/inputs");
+    Hid group(H5Gcreate2(file, "/train/inputs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    check(group.valid(), "H5Gcreate2 /train/inputs");
+  }
+}
+
 // A token dataset: `n` tokens i % 50 per split, attribute vocab = 50; `bad_at` >= 0 puts
 // token 300 at that position of /train/tokens.
 void make_tokens(const std::string& dir, const std::string& name, hsize_t n, int64_t bad_at) {
@@ -167,6 +209,7 @@ int main(int argc, char** argv) {
     make_tokens(dir, "tokens", 8192, -1);
     make_tokens(dir, "token_out_of_range", 8192, 1234);
     make_damaged_bytes(dir);
+    make_writer_mistakes(dir);
     return 0;
   }
   if (mode == "flip-byte" && argc == 5) {
