@@ -238,7 +238,9 @@ int prepare_data_command(int argc, char** argv) {
       tokens.seed = spec.seed;
       data::prepare_synthetic_tokens(tokens, out);
     } else if (kind == "synthetic") {
-      if (std::sscanf(shape.c_str(), "%ldx%ldx%ld", &spec.channels, &spec.height, &spec.width) != 3)
+      int consumed = 0;  // the whole text, not a prefix of it ("1x4x4x9" is not a shape)
+      if (std::sscanf(shape.c_str(), "%ldx%ldx%ld%n", &spec.channels, &spec.height, &spec.width, &consumed) != 3 ||
+          static_cast<size_t>(consumed) != shape.size())
         throw BadInput("prepare-data: --shape '" + shape + "' is not CxHxW (e.g. 1x28x28)");
       data::prepare_synthetic(spec, out);
     } else {

@@ -731,10 +731,7 @@ Reader::Reader(const std::string& path) : path_(path) {
     if (!file_->valid()) fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it (truncated or damaged)", path));
     const std::string text = hdf5::read_string_attribute(*file_, "meta");
     long long stored_crc = -1;
-    if (H5Aexists(*file_, "meta_crc32") > 0) {
-      Hid attr(HDF5_CHECK(H5Aopen(*file_, "meta_crc32", H5P_DEFAULT)));
-      HDF5_CHECK(H5Aread(attr, H5T_NATIVE_LLONG, &stored_crc));
-    }
+    if (!hdf5::read_int_attribute(*file_, "meta_crc32", stored_crc)) stored_crc = -1;
     if (text.empty() || stored_crc != text_crc(text))
       fatal_all(fmt::format("checkpoint {}: metadata missing or damaged", path));
     auto m = parse_lines(text);

@@ -113,9 +113,21 @@ std::string read_string_attribute(hid_t object, const std::string& name) {
   Hid attr(HDF5_CHECK(H5Aopen(object, name.c_str(), H5P_DEFAULT)));
   Hid type(HDF5_CHECK(H5Aget_type(attr)));
   if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0) return "";
+  Hid space(HDF5_CHECK(H5Aget_space(attr)));
+  if (H5Sget_simple_extent_npoints(space) != 1) return "";  // an array of strings would overrun `value`
   std::string value(H5Tget_size(type), '\0');
   HDF5_CHECK(H5Aread(attr, type, value.data()));
   return value.substr(0, value.find('\0'));
+}
+
+bool read_int_attribute(hid_t object, const std::string& name, long long& value) {
+  if (H5Aexists(object, name.c_str()) <= 0) return false;
+  Hid attr(H5Aopen(object, name.c_str(), H5P_DEFAULT));
+  Hid space(attr.valid() ? H5Aget_space(attr) : H5I_INVALID_HID);
+  Hid type(attr.valid() ? H5Aget_type(attr) : H5I_INVALID_HID);
+  if (!space.valid() || !type.valid() || H5Sget_simple_extent_npoints(space) != 1 || H5Tget_class(type) != H5T_INTEGER)
+    return false;
+  return H5Aread(attr, H5T_NATIVE_LLONG, &value) >= 0;
 }
 
 void write_int_attribute(hid_t object, const std::string& name, long long value) {

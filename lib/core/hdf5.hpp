@@ -62,7 +62,9 @@ std::vector<std::string> dataset_names(hid_t file);  // the datasets' paths of l
 
 // A string attribute on an object (created or replaced).
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value);
-std::string read_string_attribute(hid_t object, const std::string& name);  // "" if absent
+std::string read_string_attribute(hid_t object, const std::string& name);  // "" if absent or not one string
+// One integer attribute into `value`; false when absent, not an integer, or not exactly one value.
+bool read_int_attribute(hid_t object, const std::string& name, long long& value);
 void write_int_attribute(hid_t object, const std::string& name, long long value);
 
 // Text describing an HDF5 type: uint8, int64, float32, ...

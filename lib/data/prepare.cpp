@@ -84,23 +84,28 @@ void write_atomically(const std::string& out, Fill fill) {
   hdf5::quiet();
   const fs::path target(out);
   std::error_code ec;
-  if (fs::is_directory(target, ec))
+  if (out.empty()) fatal_all("prepare-data: --out is empty; give the file to write, e.g. data/data.h5");
+  if (fs::is_directory(target, ec) || out.back() == '/')
     fatal_all(fmt::format("prepare-data: --out {} is a folder; give the file to write, e.g. {}", out,
-                          (target / "data.h5").string()));
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+                          (target / "data.h5").lexically_normal().string()));
+  if (target.has_parent_path() && !fs::create_directories(target.parent_path(), ec) && ec)
+    fatal_all(fmt::format("prepare-data: --out {}: cannot make its folder {} ({})", out, target.parent_path().string(),
+                          ec.message()));
   // One temporary name per process: tasks that stage the same file (srun on several nodes, a
   // shared folder) each write their own and rename it over the same name; the last one wins.
   const std::string tmp = fmt::format("{}.tmp.{}", out, static_cast<long>(getpid()));
   try {
     {
       hdf5::Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-      if (!file.valid()) fatal_all(fmt::format("prepare-data: cannot create {}", tmp));
+      if (!file.valid())
+        fatal_all(fmt::format("prepare-data: --out {}: cannot create the file ({})", out, innermost(hdf5_error_text())));
       hdf5::Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
       hdf5::Hid test(HDF5_CHECK(H5Gcreate2(file, "test", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
       fill(file.get());
       HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
     }
-    fs::rename(tmp, out);
+    fs::rename(tmp, out, ec);
+    if (ec) fatal_all(fmt::format("prepare-data: --out {}: cannot put the file there ({})", out, ec.message()));
   } catch (...) {
     fs::remove(tmp, ec);  // a failed conversion leaves nothing behind
     throw;
@@ -145,6 +150,14 @@ void prepare_fashion_mnist(const std::string& source_dir, const std::string& out
 void prepare_synthetic(const SyntheticSpec& spec, const std::string& out) {
   if (spec.train < 1 || spec.test < 1 || spec.classes < 2 || spec.channels < 1 || spec.height < 1 || spec.width < 1)
     fatal_all("prepare-data synthetic: sizes must be positive and classes >= 2");
+  // Both splits are made in memory (float32, twice over while they are drawn): at most 16 GiB.
+  constexpr double kMaxBytes = 16.0 * (1LL << 30);
+  const double bytes = 8.0 * static_cast<double>(spec.train + spec.test) * static_cast<double>(spec.channels) *
+                       static_cast<double>(spec.height) * static_cast<double>(spec.width);
+  if (bytes > kMaxBytes)
+    fatal_all(fmt::format("prepare-data synthetic: --train {} + --test {} samples of {}x{}x{} need {:.0f} GiB of "
+                          "memory to make (at most 16)",
+                          spec.train, spec.test, spec.channels, spec.height, spec.width, bytes / (1LL << 30)));
   if (!(spec.noise >= 0 && std::isfinite(spec.noise)))
     fatal_all(fmt::format("prepare-data synthetic: --noise {} must be a finite standard deviation >= 0", spec.noise));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(spec.seed);
@@ -209,6 +222,13 @@ void prepare_text(const std::string& source, double test_fraction, const std::st
                           "gives /usr/share/games/fortunes)",
                           source));
   }
+  // The output among the inputs would be read, then replaced by the tokens: the text gone. (An
+  // HDF5 file already in a source folder is skipped: it holds NUL bytes.)
+  for (const auto& path : files)
+    if (fs::equivalent(path, out, ec))
+      fatal_all(fmt::format("prepare-data text: --out {} is the source {}: the tokens would replace the text; "
+                            "write them elsewhere",
+                            out, path.string()));
   std::vector<int64_t> train, test;
   size_t used = 0;
   for (const auto& path : files) {
