@@ -15,13 +15,14 @@ namespace trident::model {
 // a linear head. Three layers for a pipeline to cut.
 void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink& emit) {
   if (input.sample_shape.size() != 3)
-    fatal_all("model.kind = cnn needs image inputs C x H x W; data.path has samples of rank " +
-              std::to_string(input.sample_shape.size()));
+    fatal_all(fmt::format("model.kind = cnn needs image inputs C x H x W; data.path {} has samples of rank {}",
+                          deck.data.path, input.sample_shape.size()));
   const int64_t channels = input.sample_shape[0];
   int64_t h = input.sample_shape[1], w = input.sample_shape[2];
   if (h < 4 || w < 4)  // two 2x2 poolings leave nothing of a smaller image for the head
-    fatal_all(fmt::format("model.kind = cnn pools twice by 2, so it needs images of at least 4x4; data.path has {}x{}x{}",
-                          channels, h, w));
+    fatal_all(fmt::format("model.kind = cnn pools twice by 2, so it needs images of at least 4x4; data.path {} has "
+                          "{}x{}x{}",
+                          deck.data.path, channels, h, w));
   int64_t in = channels;
   int index = 1;
   for (int64_t out : {32, 64}) {
