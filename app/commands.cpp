@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -227,6 +229,18 @@ int prepare_data_command(int argc, char** argv) {
     if (!vm.count("kind") || !vm.count("out"))
       throw BadInput("prepare-data: give a kind (fashion-mnist | synthetic | text) and --out FILE.h5");
     const std::string kind = vm["kind"].as<std::string>(), out = vm["out"].as<std::string>();
+    // An option the kind does not use is a mistake, not silence (--vocab without --tokens would
+    // write images; --shape with --tokens, tokens).
+    const std::string mode = kind == "synthetic" && vm.count("tokens") ? "synthetic --tokens" : kind;
+    const std::map<std::string, std::set<std::string>> options_of{
+        {"fashion-mnist", {"source"}},
+        {"text", {"source", "test-fraction"}},
+        {"synthetic --tokens", {"tokens", "test-tokens", "vocab", "seed"}},
+        {"synthetic", {"train", "test", "classes", "shape", "noise", "seed"}}};
+    if (const auto uses = options_of.find(mode); uses != options_of.end())
+      for (const auto& [name, value] : vm)
+        if (!value.defaulted() && name != "kind" && name != "out" && uses->second.count(name) == 0)
+          throw BadInput(fmt::format("prepare-data {}: --{} is not one of its options (prepare-data --help)", mode, name));
     auto source_or = [&](const char* fallback) {
       return vm.count("source") ? vm["source"].as<std::string>() : std::string(fallback);
     };
@@ -269,7 +283,8 @@ int inspect_command(int argc, char** argv) {
       int checksummed = 0;
       const std::string problem = data::find_damaged_dataset(file, 0, 1, &checksummed);
       std::cout << (!problem.empty()      ? "checksums: FAILED: " + problem + "\n"
-                    : checksummed == 0    ? std::string("checksums: none recorded (not written by trident prepare-data)\n")
+                    : checksummed == 0    ? std::string("checksums: none recorded (not written by trident prepare-data); "
+                                                        "every dataset read without error\n")
                                           : fmt::format("checksums: every block of {} datasets verified\n", checksummed));
       if (!problem.empty()) throw BadInput("inspect: " + problem);
       return 0;

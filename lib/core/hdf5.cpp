@@ -171,13 +171,14 @@ struct StoredRows {
   explicit StoredRows(hid_t d)
       : dataset(d), dims(dataset_shape(d)), type(HDF5_CHECK(H5Dget_type(d))), row(row_bytes(type, dims)) {}
 
-  // CRC-32 of rows [begin, end): read in the file's own type, so HDF5 converts nothing, a few MiB
-  // at a time.
-  uint32_t crc32(hsize_t begin, hsize_t end) const {
+  // Rows [begin, end) in the file's own type, so HDF5 converts nothing, a few MiB at a time, each
+  // piece given to `each`; "" when all were read, else HDF5's reason (taken before any other call
+  // clears its error stack).
+  template <typename Each>
+  std::string read_rows(hsize_t begin, hsize_t end, Each each) const {
     const hsize_t rows_per_read = std::max<hsize_t>(1, kReadBytes / row);
     Hid file_space(HDF5_CHECK(H5Dget_space(dataset)));
     std::vector<unsigned char> buffer;
-    uLong crc = crc32_z(0L, Z_NULL, 0);
     for (hsize_t first = begin; first < end; first += rows_per_read) {
       std::vector<hsize_t> start(dims.size(), 0), count(dims);
       start[0] = first;
@@ -185,9 +186,19 @@ struct StoredRows {
       HDF5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
       Hid memory(HDF5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)));
       buffer.resize(count[0] * row);
-      HDF5_CHECK(H5Dread(dataset, type, memory, file_space, H5P_DEFAULT, buffer.data()));
-      crc = crc32_z(crc, buffer.data(), buffer.size());
+      if (H5Dread(dataset, type, memory, file_space, H5P_DEFAULT, buffer.data()) < 0)
+        return innermost(hdf5_error_text());
+      each(buffer);
     }
+    return "";
+  }
+
+  // CRC-32 of rows [begin, end).
+  uint32_t crc32(hsize_t begin, hsize_t end) const {
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    const std::string failure =
+        read_rows(begin, end, [&](const std::vector<unsigned char>& b) { crc = crc32_z(crc, b.data(), b.size()); });
+    if (!failure.empty()) fatal_one(fmt::format("{}:{}: H5Dread failed: {}", __FILE__, __LINE__, failure));
     return static_cast<uint32_t>(crc);
   }
 };
@@ -266,6 +277,18 @@ std::string find_damaged_rows(hid_t dataset, int part, int parts) {
                          end);
   }
   return "";
+}
+
+std::string find_unreadable_rows(hid_t dataset, int part, int parts) {
+  const StoredRows stored(dataset);
+  // Rows of fixed size only: a scalar has none, and variable-length data (h5py's strings) would
+  // come back as pointers HDF5 allocates. Neither is training data.
+  if (stored.dims.empty() || H5Tis_variable_str(stored.type) > 0 || H5Tget_class(stored.type) == H5T_VLEN) return "";
+  const hsize_t rows = stored.dims.empty() ? 1 : stored.dims[0];
+  const hsize_t begin = rows * static_cast<hsize_t>(part) / static_cast<hsize_t>(parts);
+  const hsize_t end = rows * static_cast<hsize_t>(part + 1) / static_cast<hsize_t>(parts);
+  const std::string failure = stored.read_rows(begin, end, [](const std::vector<unsigned char>&) {});
+  return failure.empty() ? "" : fmt::format("rows [{}, {}) cannot be read ({}): the file is damaged", begin, end, failure);
 }
 
 }  // namespace trident::hdf5

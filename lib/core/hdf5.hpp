@@ -98,5 +98,8 @@ void checksum_rows(hid_t dataset);
 // checksum: "" when they match or the dataset has no checksums, else what is wrong ("rows [a, b)
 // differ from their CRC-32 ...: the file is damaged", or a list that does not tile the rows).
 std::string find_damaged_rows(hid_t dataset, int part = 0, int parts = 1);
+// For a dataset without checksums: the part's rows read once (a damaged compressed chunk fails to
+// decompress); "" when they all could be, else the message.
+std::string find_unreadable_rows(hid_t dataset, int part = 0, int parts = 1);
 
 }  // namespace trident::hdf5

@@ -58,6 +58,14 @@ Idx read_idx_gz(const std::string& path, int expected_rank) {
     read_exact(b.data(), 4);
     const uint32_t v = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
     idx.dims.push_back(v);
+    // No empty dimension (no samples, or samples of no pixels), and at most 16 GiB in all (the
+    // product of damaged sizes would overflow).
+    constexpr size_t kMaxBytes = size_t{16} << 30;
+    if (v == 0 || total > kMaxBytes / v) {
+      gzclose(in);
+      fatal_all(fmt::format("prepare-data: {}: dimension {} of the IDX header is {} ({}), not a Fashion-MNIST file", path,
+                            d, v, v == 0 ? "empty" : "more than 16 GiB in all"));
+    }
     total *= v;
   }
   idx.bytes.resize(total);
@@ -290,6 +298,20 @@ std::string attributes_of(hid_t object) {
     if (std::string(name) == "crc32_blocks" && hdf5::read_crc32_blocks(object, blocks)) {
       const size_t count = blocks.size() / 3;  // a summary: thousands of numbers otherwise
       value = fmt::format("CRC-32 of {} block{} of rows", count, count == 1 ? "" : "s");
+    } else if (H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0) {
+      // h5py's default strings: each a pointer HDF5 allocates, given back after.
+      hdf5::Hid space(H5Aget_space(attr));
+      const auto n = static_cast<size_t>(std::max<hssize_t>(1, H5Sget_simple_extent_npoints(space)));
+      std::vector<char*> strings(n, nullptr);
+      hdf5::Hid memory_type(H5Tcopy(H5T_C_S1));
+      H5Tset_size(memory_type, H5T_VARIABLE);
+      H5Tset_cset(memory_type, H5Tget_cset(type));  // h5py's are UTF-8: HDF5 converts no character set
+      std::vector<std::string> texts;
+      if (H5Aread(attr, memory_type, strings.data()) >= 0) {
+        for (const char* s : strings) texts.push_back("\"" + std::string(s ? s : "") + "\"");
+        H5Dvlen_reclaim(memory_type, space, H5P_DEFAULT, strings.data());
+      }
+      value = texts.size() == 1 ? texts[0] : fmt::format("[{}]", fmt::join(texts, ", "));
     } else if (H5Tget_class(type) == H5T_STRING) {
       value = "\"" + hdf5::read_string_attribute(object, name) + "\"";
     } else if (H5Tget_class(type) == H5T_INTEGER || H5Tget_class(type) == H5T_FLOAT) {
@@ -359,8 +381,10 @@ std::string find_damaged_dataset(const std::string& path, int part, int parts, i
     if (object.is_group) continue;
     try {
       hdf5::Hid dataset(HDF5_CHECK(H5Dopen2(file, object.path.c_str(), H5P_DEFAULT)));
-      if (checksummed && H5Aexists(dataset, "crc32_blocks") > 0) ++*checksummed;
-      const std::string problem = hdf5::find_damaged_rows(dataset, part, parts);
+      const bool has_checksums = H5Aexists(dataset, "crc32_blocks") > 0;
+      if (checksummed && has_checksums) ++*checksummed;
+      const std::string problem = has_checksums ? hdf5::find_damaged_rows(dataset, part, parts)
+                                                : hdf5::find_unreadable_rows(dataset, part, parts);
       if (!problem.empty()) return fmt::format("{}: {}: {}", path, object.path, problem);
     } catch (const Fault& e) {  // a read HDF5 refuses: damage too, not a fault of this process
       return fmt::format("{}: {} cannot be read, the file is damaged ({})", path, object.path, e.what());

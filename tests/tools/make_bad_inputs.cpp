@@ -123,6 +123,40 @@ void make_writer_mistakes(const std::string& dir) {
   }
 }
 
+// A good dataset whose /train/labels another tool wrote compressed (gzip chunks, no checksums),
+// then 32 bytes of its first chunk overwritten: the chunk no longer decompresses.
+void make_damaged_chunk(const std::string& dir) {
+  make_dataset(dir, {"damaged_chunk"});
+  const std::string path = dir + "/damaged_chunk.h5";
+  haddr_t address = 0;
+  hsize_t chunk_bytes = 0;
+  {
+    Hid file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    check(file.valid() && H5Ldelete(file, "/train/labels", H5P_DEFAULT) >= 0, "H5Ldelete /train/labels");
+    std::vector<int64_t> labels(256);
+    uint32_t state = 12345;  // labels that do not compress to almost nothing
+    for (auto& label : labels) label = static_cast<int64_t>(((state = state * 1664525u + 1013904223u) >> 16) % 4);
+    const hsize_t n = labels.size();
+    Hid space(H5Screate_simple(1, &n, nullptr));
+    Hid properties(H5Pcreate(H5P_DATASET_CREATE));
+    check(H5Pset_chunk(properties, 1, &n) >= 0 && H5Pset_deflate(properties, 6) >= 0, "gzip chunks");
+    Hid dataset(H5Dcreate2(file, "/train/labels", H5T_NATIVE_INT64, space, H5P_DEFAULT, properties, H5P_DEFAULT));
+    check(dataset.valid() && H5Dwrite(dataset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) >= 0,
+          "write compressed /train/labels");
+    check(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0, "H5Fflush");
+    const hsize_t origin = 0;
+    unsigned filter_mask = 0;
+    check(H5Dget_chunk_info_by_coord(dataset, &origin, &filter_mask, &address, &chunk_bytes) >= 0, "chunk address");
+  }
+  check(chunk_bytes > 40, "a chunk of more than 40 bytes");
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  check(f != nullptr, "fopen " + path);
+  const std::vector<unsigned char> junk(32, 0x5a);
+  check(std::fseek(f, static_cast<long>(address + 8), SEEK_SET) == 0 && std::fwrite(junk.data(), 1, 32, f) == 32,
+        "overwrite the chunk");
+  check(std::fclose(f) == 0, "fclose " + path);
+}
+
 // A token dataset: `n` tokens i % 50 per split, attribute vocab = 50; `bad_at` >= 0 puts
 // token 300 at that position of /train/tokens.
 void make_tokens(const std::string& dir, const std::string& name, hsize_t n, int64_t bad_at) {
@@ -210,6 +244,7 @@ int main(int argc, char** argv) {
     make_tokens(dir, "token_out_of_range", 8192, 1234);
     make_damaged_bytes(dir);
     make_writer_mistakes(dir);
+    make_damaged_chunk(dir);
     return 0;
   }
   if (mode == "flip-byte" && argc == 5) {
