@@ -316,11 +316,13 @@ int plan_command(int argc, char** argv) {
     // Planned inside an allocation (salloc, a job script), the job's task count is the default.
     int world = 1;
     std::string world_note;  // where the world size came from, when not from --world
+    const char* slurm_tasks = std::getenv("SLURM_NTASKS");
+    const int allocated = slurm_tasks ? std::atoi(slurm_tasks) : 0;  // 0 too for one that is not a number
     if (vm.count("world")) {
       world = vm["world"].as<int>();
       if (world < 1) throw BadInput(fmt::format("plan: --world {}: the job's ranks, at least 1", world));
-    } else if (const char* tasks = std::getenv("SLURM_NTASKS"); tasks && std::atoi(tasks) >= 1) {
-      world = std::atoi(tasks);
+    } else if (allocated >= 1) {
+      world = allocated;
       world_note = fmt::format("world {}: this allocation's SLURM_NTASKS (--world N plans for another)\n", world);
     } else {
       world_note = "world 1: no --world given (--world N plans for N ranks)\n";

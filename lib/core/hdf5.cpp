@@ -284,7 +284,7 @@ std::string find_unreadable_rows(hid_t dataset, int part, int parts) {
   // Rows of fixed size only: a scalar has none, and variable-length data (h5py's strings) would
   // come back as pointers HDF5 allocates. Neither is training data.
   if (stored.dims.empty() || H5Tis_variable_str(stored.type) > 0 || H5Tget_class(stored.type) == H5T_VLEN) return "";
-  const hsize_t rows = stored.dims.empty() ? 1 : stored.dims[0];
+  const hsize_t rows = stored.dims[0];
   const hsize_t begin = rows * static_cast<hsize_t>(part) / static_cast<hsize_t>(parts);
   const hsize_t end = rows * static_cast<hsize_t>(part + 1) / static_cast<hsize_t>(parts);
   const std::string failure = stored.read_rows(begin, end, [](const std::vector<unsigned char>&) {});

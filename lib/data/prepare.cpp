@@ -25,6 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The most prepare-data makes in memory: an IDX file's bytes, a synthetic set while it is drawn.
+constexpr size_t kMaxMadeBytes = size_t{16} << 30;
+
 const char* const kFashionClasses =
     "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot";
 
@@ -58,10 +61,9 @@ Idx read_idx_gz(const std::string& path, int expected_rank) {
     read_exact(b.data(), 4);
     const uint32_t v = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
     idx.dims.push_back(v);
-    // No empty dimension (no samples, or samples of no pixels), and at most 16 GiB in all (the
-    // product of damaged sizes would overflow).
-    constexpr size_t kMaxBytes = size_t{16} << 30;
-    if (v == 0 || total > kMaxBytes / v) {
+    // No empty dimension (no samples, or samples of no pixels), and at most kMaxMadeBytes in all
+    // (the product of damaged sizes would overflow).
+    if (v == 0 || total > kMaxMadeBytes / v) {
       gzclose(in);
       fatal_all(fmt::format("prepare-data: {}: dimension {} of the IDX header is {} ({}), not a Fashion-MNIST file", path,
                             d, v, v == 0 ? "empty" : "more than 16 GiB in all"));
@@ -158,11 +160,10 @@ void prepare_fashion_mnist(const std::string& source_dir, const std::string& out
 void prepare_synthetic(const SyntheticSpec& spec, const std::string& out) {
   if (spec.train < 1 || spec.test < 1 || spec.classes < 2 || spec.channels < 1 || spec.height < 1 || spec.width < 1)
     fatal_all("prepare-data synthetic: sizes must be positive and classes >= 2");
-  // Both splits are made in memory (float32, twice over while they are drawn): at most 16 GiB.
-  constexpr double kMaxBytes = 16.0 * (1LL << 30);
+  // Both splits are made in memory (float32, twice over while they are drawn).
   const double bytes = 8.0 * static_cast<double>(spec.train + spec.test) * static_cast<double>(spec.channels) *
                        static_cast<double>(spec.height) * static_cast<double>(spec.width);
-  if (bytes > kMaxBytes)
+  if (bytes > static_cast<double>(kMaxMadeBytes))
     fatal_all(fmt::format("prepare-data synthetic: --train {} + --test {} samples of {}x{}x{} need {:.0f} GiB of "
                           "memory to make (at most 16)",
                           spec.train, spec.test, spec.channels, spec.height, spec.width, bytes / (1LL << 30)));

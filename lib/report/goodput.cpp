@@ -87,6 +87,16 @@ std::vector<Lifetime> read_goodput(const std::string& path, std::vector<std::str
   return out;
 }
 
+std::optional<Lifetime> read_open_lifetime(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string line;
+  std::getline(in, line);
+  Lifetime life = parse_lifetime(line, path);
+  life.open = true;
+  return life;
+}
+
 LostWork lost_work(const std::vector<Lifetime>& chain) {
   const size_t n = chain.size();
   LostWork lost{std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0), std::vector<double>(n, 0.0),
@@ -149,20 +159,16 @@ GoodputAccount load_goodput(const std::string& run_dir) {
   }
   // The lifetime under way, or killed as the chain's last: its record is still open. Read after
   // goodput.jsonl: a process that closed its record in between is there already.
-  if (std::ifstream in(open); in) {
-    std::string line;
-    std::getline(in, line);
-    try {
-      Lifetime last = parse_lifetime(line, open);
-      last.open = true;
+  try {
+    if (const auto last = read_open_lifetime(open)) {
       const Lifetime* before = lifetimes.empty() ? nullptr : &lifetimes.back();
       const bool closed_since =
-          before && before->job == last.job && before->start == last.start && before->first_step == last.first_step;
-      if (!closed_since) lifetimes.push_back(last);
-    } catch (const BadInput& e) {
-      skipped.push_back(e.what());
-      if (lifetimes.empty()) unreadable += std::string("; ") + e.what();
+          before && before->job == last->job && before->start == last->start && before->first_step == last->first_step;
+      if (!closed_since) lifetimes.push_back(*last);
     }
+  } catch (const BadInput& e) {
+    skipped.push_back(e.what());
+    if (lifetimes.empty()) unreadable += std::string("; ") + e.what();
   }
   if (lifetimes.empty()) throw BadInput(unreadable);
   GoodputAccount account = account_goodput(std::move(lifetimes));

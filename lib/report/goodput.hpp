@@ -72,6 +72,9 @@ Lifetime parse_lifetime(const std::string& line, const std::string& where);
 // no record. A line that is not a record (torn by a process killed while appending) is skipped
 // and named in `skipped` ("file:line: why").
 std::vector<Lifetime> read_goodput(const std::string& path, std::vector<std::string>* skipped = nullptr);
+// The record of a kOpenGoodputRecord file, marked open; none when there is no such file, BadInput
+// naming it when its line is not a record.
+std::optional<Lifetime> read_open_lifetime(const std::string& path);
 
 // The chain's account, in seconds over all its lifetimes; the parts add up to wall_s.
 struct GoodputAccount {

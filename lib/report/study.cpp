@@ -150,17 +150,20 @@ Study compute_scaling(std::vector<StudyRun> runs, const std::string& kind) {
   // own: strong scaling keeps the global batch, weak scaling the batch per rank. A run alone at its
   // batch among others of its layout breaks the kind's rule (a weak report of a strong study):
   // refused, as it would be its own baseline and say nothing.
+  std::vector<std::string> layout_of(runs.size());                  // each run's layout, before the batch
   std::map<std::string, std::vector<std::string>> batches_of_layout;  // layout -> each run's batch group
-  for (auto& r : runs) {
-    const std::string layout = r.group;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    StudyRun& r = runs[i];
+    layout_of[i] = r.group;
     r.group += study.kind == "strong" ? fmt::format(", global batch {}", r.global_batch)
                : r.global_batch % r.world == 0
                    ? fmt::format(", {} samples per rank", r.global_batch / r.world)
                    : fmt::format(", {}/{} samples per rank", r.global_batch, r.world);
-    batches_of_layout[layout].push_back(r.group);
+    batches_of_layout[layout_of[i]].push_back(r.group);
   }
-  for (const auto& r : runs) {
-    const auto& groups = batches_of_layout[r.group.substr(0, r.group.find(','))];
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const StudyRun& r = runs[i];
+    const auto& groups = batches_of_layout[layout_of[i]];
     if (groups.size() > 1 && std::count(groups.begin(), groups.end(), r.group) == 1)
       throw BadInput(fmt::format("report: {} is the only run of {}: its layout's runs do not keep the {} "
                                  "({} scaling) fixed; report them with the kind they follow, or give each "

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -61,18 +60,15 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step, bool n
     std::remove(jsonl_.c_str());
   }
   // A lifetime left open ended without a word: it joins the file as last written.
-  if (std::ifstream in(open_); in) {
-    std::string line;
-    std::getline(in, line);
-    try {
-      const report::Lifetime orphan = report::parse_lifetime(line, open_);
-      if (append_line(jsonl_, report::lifetime_json(orphan)))
+  try {
+    if (const auto orphan = report::read_open_lifetime(open_)) {
+      if (append_line(jsonl_, report::lifetime_json(*orphan)))
         std::remove(open_.c_str());  // appended once: never again, whatever happens next
       else
         warn_once("cannot append to " + jsonl_);
-    } catch (const BadInput& e) {
-      warn_once(std::string("an unreadable record left by an earlier process is dropped: ") + e.what());
     }
+  } catch (const BadInput& e) {
+    warn_once(std::string("an unreadable record left by an earlier process is dropped: ") + e.what());
   }
   // The lifetimes before this one: what they trained past `start_step` is trained again now.
   std::vector<report::Lifetime> chain;
