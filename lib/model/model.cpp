@@ -2,9 +2,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <new>
 
 #include "core/error.hpp"
+#include "core/torch_error.hpp"
 
 namespace trident::model {
 
@@ -43,6 +47,36 @@ const Builder& builder_of(const config::Deck& deck) {
   const auto it = registry().find(deck.model.kind);
   if (it == registry().end()) fatal_all("model.kind: unknown model '" + deck.model.kind + "'");
   return it->second;
+}
+
+// The deck keys that size the model, for a message.
+std::string size_keys(const config::Deck& deck, const InputSpec& input) {
+  if (deck.model.kind == "gpt")
+    return fmt::format("model.vocab = {}{}, model.d_model = {}, model.layers = {}", input.classes,
+                       deck.model.vocab == 0 ? " (the dataset's)" : "", deck.model.d_model, deck.model.layers);
+  if (deck.model.kind == "mlp") return "model.hidden = " + deck.model.hidden;
+  return "model.kind = " + deck.model.kind;
+}
+
+// Builds the deck's model layer by layer into `sink`. A layer this host cannot allocate at all
+// (model.vocab = 2000000000 asks LibTorch for a 1 TB embedding) is bad input naming the keys
+// that size it, not a fault with the allocator's message.
+void build_each_layer(const config::Deck& deck, const InputSpec& input, const LayerSink& sink) {
+  const Builder& builder = builder_of(deck);
+  size_t built = 0;
+  try {
+    builder(deck, input, [&](Layer layer) {
+      ++built;
+      sink(std::move(layer));
+    });
+  } catch (const std::exception& e) {
+    std::string reason = message_of(e);
+    const bool allocation = dynamic_cast<const std::bad_alloc*>(&e) || reason.find("can't allocate memory") != std::string::npos;
+    if (!allocation) throw;
+    if (const auto at = reason.find("DefaultCPUAllocator"); at != std::string::npos) reason = reason.substr(at);
+    fatal_all(fmt::format("the model ({}) is too large to build: layer {} could not be allocated on {} ({})",
+                          size_keys(deck, input), built + 1, who(), reason));
+  }
 }
 
 // Describes layers in model order. A layer whose builder gave no output shape is run forward
@@ -85,7 +119,7 @@ class LayerDescriber {
 
 LayerStack build(const config::Deck& deck, const InputSpec& input) {
   std::vector<Layer> layers;
-  builder_of(deck)(deck, input, [&](Layer layer) { layers.push_back(std::move(layer)); });
+  build_each_layer(deck, input, [&](Layer layer) { layers.push_back(std::move(layer)); });
   return LayerStack(std::move(layers));
 }
 
@@ -93,7 +127,7 @@ LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const 
   TRIDENT_CHECK(std::is_sorted(keep.begin(), keep.end()), "build_layers: the layers to keep must be in model order");
   std::vector<Layer> layers;
   int index = 0;
-  builder_of(deck)(deck, input, [&](Layer layer) {
+  build_each_layer(deck, input, [&](Layer layer) {
     if (std::binary_search(keep.begin(), keep.end(), index++)) layers.push_back(std::move(layer));
   });
   TRIDENT_CHECK(layers.size() == keep.size(), "build_layers: a layer to keep is past the model's last");
@@ -112,7 +146,7 @@ std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec&
   const at::Tensor state = generator.get_state();
   LayerDescriber describe(input);
   std::vector<LayerInfo> layers;
-  builder_of(deck)(deck, input, [&](Layer layer) { layers.push_back(describe(layer)); });
+  build_each_layer(deck, input, [&](Layer layer) { layers.push_back(describe(layer)); });
   generator.set_state(state);
   return layers;
 }

@@ -1,6 +1,8 @@
 // build_stage(): the second of a Trainer's three construction steps (trainer_state.hpp).
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
 #include "core/torch_error.hpp"
@@ -50,6 +52,21 @@ void open_dataset(const config::Deck& deck, const Connection& conn, StageParts& 
   comm::agree_or_throw(conn.world.comm, error);
 }
 
+
+// What `make` returns on every rank, or the bad input one rank met (a layer its host could not
+// allocate), on every rank: no rank waits in a collective for one that left.
+template <class Make>
+auto agreed(const Connection& conn, Make make) {
+  std::optional<decltype(make())> made;
+  std::string error;
+  try {
+    made.emplace(make());
+  } catch (const BadInput& e) {
+    error = e.what();
+  }
+  comm::agree_or_throw(conn.world.comm, error);
+  return std::move(*made);
+}
 
 // parallel.balance = time: rank 0 times every layer of the whole model on the run's device, one
 // micro-batch as training runs it, and every rank cuts by those same times.
@@ -109,17 +126,20 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
 
   // The model from the seed, on the CPU (the same initial weights on every device), layer by
   // layer. The plan cuts its layer list into stages; at pp > 1 the model is built a second time,
-  // keeping only this rank's stage, so no rank holds the whole model.
+  // keeping only this rank's stage, so no rank holds the whole model. (At pp = 1 the whole model
+  // is built before the memory check, which counts it as what the rank holds already: it is, until
+  // the flat buffers take its parameters over.) A layer a host cannot allocate at all is bad input
+  // on every rank (agreed).
   const model::InputSpec input = input_spec(deck, *st.train_split);
   const auto seed = static_cast<uint64_t>(deck.run.seed);
   torch::manual_seed(seed);
   model::LayerStack whole{nullptr};
   std::vector<model::LayerInfo> layers;
   if (deck.parallel.pp == 1) {
-    whole = model::build(deck, input);
+    whole = agreed(conn, [&] { return model::build(deck, input); });
     layers = model::describe_layers(whole, input);
   } else {
-    layers = model::describe_model(deck, input);
+    layers = agreed(conn, [&] { return model::describe_model(deck, input); });
     if (deck.parallel.balance == "time" && deck.parallel.boundaries.empty())
       measure_layer_times(deck, conn, input, layers);
   }
@@ -136,7 +156,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
     st.model = whole;
   } else {
     torch::manual_seed(seed);
-    st.model = model::build_layers(deck, input, st.plan->stage_layer_indices(stage));
+    st.model = agreed(conn, [&] { return model::build_layers(deck, input, st.plan->stage_layer_indices(stage)); });
   }
   // Every rank of a dp group built the same stage from the seed, unless some nodes' LibTorch
   // draws the numbers differently: compared on the host, before anything is on a device.
