@@ -6,8 +6,12 @@
 # pipeline and scaling: the studies that need the machine's 16 cores but no GPU (hidden from
 # them): the pipeline bubble at pp 2 and 4, and the cnn's weak and strong scaling against PyTorch
 # DDP over gloo. Each takes most of a 10-minute device call (2026-11-24 on the H100 machine: pp 2
-# ~8 s a run, pp 4 ~16 s a run, 24 runs each; the scaling study 270 s at STEPS=32), so give each
-# its own call, after `build`.
+# ~8 s a run, pp 4 ~16 s a run, 24 runs each; the scaling study 270 s at STEPS=32). The device
+# tool hands a machine back 30 s after a call and the next call gets a bare one, so every call
+# builds first; give each study its own call:
+#   benchmarks/gpu_session.sh build scaling
+#   PIPELINE_PP=2 benchmarks/gpu_session.sh build pipeline
+#   PIPELINE_PP=4 PIPELINE_S=420 benchmarks/gpu_session.sh build pipeline
 # Each step has its own time limit (BUILD_S, TEST_S, MPI_S, BENCH_S, PIPELINE_S for each pp,
 # SCALING_S seconds), so that one that hangs still leaves the device call time for the next. -Werror is off here (WERROR=ON to turn it
 # on): the GPU machine's newer compiler may warn where CI's does not, and a warning must not cost
@@ -25,6 +29,11 @@ limited() { local seconds=$1; shift; timeout -k 10 "$seconds" "$@"; }
 rc=0
 for step in "${steps[@]}"; do
   start=$SECONDS
+  if [ "$step" != build ] && [ ! -x "$build/app/trident" ]; then
+    echo "gpu_session: $step: no build in $build (a bare machine: put build first in the same call)" >&2
+    rc=1
+    continue
+  fi
   case $step in
     build)
       # shellcheck disable=SC2086  # the arguments are words
@@ -35,7 +44,7 @@ for step in "${steps[@]}"; do
       ;;
     test)
       # The gpu tests (np 1 and 2: two ranks share the one GPU over the MPI backend).
-      (cd "$build" && limited "${TEST_S:-150}" ctest -L gpu --output-on-failure -j 2) >"$out/test.log" 2>&1 || rc=1
+      (cd "$build" && limited "${TEST_S:-240}" ctest -L gpu --output-on-failure -j 2) >"$out/test.log" 2>&1 || rc=1
       grep -E "tests passed|Failed|\*\*\*|Skipped|FAILED|Expected|Which is|actual" "$out/test.log" | head -40
       ;;
     mpi)
@@ -56,10 +65,10 @@ for step in "${steps[@]}"; do
       ;;
     pipeline)
       export MPIEXEC=${MPIEXEC:-$(command -v mpiexec.mpich || echo mpiexec)}
-      for pp in 2 4; do
+      for pp in ${PIPELINE_PP:-2 4}; do
         PP=$pp CUDA_VISIBLE_DEVICES=-1 limited "${PIPELINE_S:-280}" benchmarks/pipeline.sh "$build" || rc=1
+        cp "benchmarks/results/pipeline_pp$pp.json" "$out/" 2>/dev/null
       done >"$out/pipeline.log" 2>&1
-      tar -czf "$out/pipeline_results.tgz" -C benchmarks/results pipeline_pp2.json pipeline_pp4.json 2>/dev/null
       grep -E "^(mlp|cnn) |Pipeline bubble" "$out/pipeline.log"
       ;;
     scaling)

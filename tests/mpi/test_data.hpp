@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "comm/world.hpp"
 #include "data/prepare.hpp"
 
 namespace trident::test_support {
@@ -52,8 +53,14 @@ inline std::string text_corpus_dataset() {
   const std::string path = shared_scratch_dir() + "/fortunes.h5";
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0 && !std::filesystem::exists(path)) data::prepare_text("/usr/share/games/fortunes", 0.02, path);
-  MPI_Barrier(MPI_COMM_WORLD);
+  std::string error;  // the corpus missing (a machine without the fortunes package)
+  if (rank == 0 && !std::filesystem::exists(path)) try {
+      data::prepare_text("/usr/share/games/fortunes", 0.02, path);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  // Every rank fails the test alike; none waits in a barrier for a rank 0 that threw.
+  comm::agree_or_throw(MPI_COMM_WORLD, error);
   return path;
 }
 
