@@ -15,7 +15,7 @@
 # link that is preempted or requeued by Slurm restarts itself, and the chain waits for it. The
 # link that finishes the training (exit 0) cancels the rest of the chain; so does what no retry
 # can fix: bad input (exit 2: a deck, a layout the plan refuses, no trident) or a diverged run
-# (exit 4). All links share one job name (trident-chain-<time>), which
+# (exit 4). All links share one job name (trident-chain-<date>-<time>-<pid>), which
 # is how a link finds the rest of its chain.
 #
 # Prints the job ids, one per line (the first line is the first link).
@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
     -n) needs_value "$1" $#; links=$2; shift 2 ;;
     -j) needs_value "$1" $#; script=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     --signal*) echo "restart_chain.sh: give the signal's lead as SIGNAL_S=N (the chain asks for --signal=B:USR1@N itself and tells trident)" >&2; exit 2 ;;
     *) sbatch_args+=("$1"); shift ;;
   esac

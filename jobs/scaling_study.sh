@@ -27,10 +27,12 @@ kind="" ranks=1,2,4,8 tpn=2 study="" per_rank=64 serial=0 script=$here/ddp_2node
 sbatch_args=()
 # The name the user typed (strong_scaling.sh, weak_scaling.sh exec this script).
 me=${TRIDENT_STUDY_SCRIPT:-$(basename "$0")}
+# The comment block at the top of a script, without its '#'.
+header() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1"; }
 usage() {
   local kind_option="--kind strong|weak " batch_option=""
   case $me in strong_scaling.sh) kind_option="" ;; weak_scaling.sh) kind_option="" batch_option="[--per-rank-batch B] " ;; esac
-  echo "usage: $me $kind_option[--ranks 1,2,4,8] [--tasks-per-node T] [--study DIR] $batch_option[--serial] [SBATCH_OPTION ...] -- DECK [--set ...]" >&2
+  echo "usage: $me $kind_option[--ranks 1,2,4,8] [--tasks-per-node T] [--study DIR] $batch_option[--serial] [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set ...]" >&2
   local deck=inputs/fashion_mnist_ddp.ini
   [ -n "${TRIDENT_HOME:-}" ] && deck=$TRIDENT_HOME/share/trident/$deck
   echo "e.g.:  $me --ranks 1,2,4 --time=00:20:00 -- $deck --set run.max_steps=200   ($me --help: every option)" >&2
@@ -51,7 +53,10 @@ while [ $# -gt 0 ]; do
     --serial) serial=1; shift ;;
     -j) needs_value "$1" $#; script=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help)  # the header of the script the user ran, then this one's options
+      [ -n "${TRIDENT_STUDY_CALLER:-}" ] && { header "$TRIDENT_STUDY_CALLER"; echo; }
+      header "$0"
+      exit 0 ;;
     *) sbatch_args+=("$1"); shift ;;
   esac
 done

@@ -9,4 +9,4 @@
 #            -- inputs/fashion_mnist_ddp.ini --set run.max_steps=200
 # Options: see jobs/scaling_study.sh. Prints the study folder and the job ids; the table is
 # STUDY/report/report.md (also report.csv, report.svg) when the last job has run.
-TRIDENT_STUDY_SCRIPT=$(basename "$0") exec "$(dirname "$0")/scaling_study.sh" --kind strong "$@"
+TRIDENT_STUDY_SCRIPT=$(basename "$0") TRIDENT_STUDY_CALLER=$0 exec "$(dirname "$0")/scaling_study.sh" --kind strong "$@"

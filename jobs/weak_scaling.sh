@@ -9,4 +9,4 @@
 #          [--study DIR] [--serial] [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set ...]
 # Options: see jobs/scaling_study.sh. Prints the study folder and the job ids; the table is
 # STUDY/report/report.md (also report.csv, report.svg) when the last job has run.
-TRIDENT_STUDY_SCRIPT=$(basename "$0") exec "$(dirname "$0")/scaling_study.sh" --kind weak "$@"
+TRIDENT_STUDY_SCRIPT=$(basename "$0") TRIDENT_STUDY_CALLER=$0 exec "$(dirname "$0")/scaling_study.sh" --kind weak "$@"
