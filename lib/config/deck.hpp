@@ -13,11 +13,11 @@
 #define TRIDENT_DECK_RUN(X)                                                                     \
   X(run, name, std::string, "trident", "name of the run; ${name} in output_dir expands to it") \
   X(run, output_dir, std::string, "runs/${name}",                                               \
-    "where report.json, metrics.jsonl and checkpoints/ go (relative to the working directory)") \
-  X(run, seed, int64_t, 1234, "seed of the model initialisation and the data order")            \
-  X(run, epochs, int64_t, 2, "passes over the training split (ignored when max_steps > 0)")     \
-  X(run, max_steps, int64_t, 0, "optimizer steps to run; 0 = epochs x steps per epoch")         \
-  X(run, log_every, int64_t, 50, "steps between progress lines and metrics.jsonl records")      \
+    "where report.json, metrics.jsonl, goodput.jsonl and checkpoints/ go (relative to the working directory)") \
+  X(run, seed, int64_t, 1234, "seed of the model initialisation and the data order (>= 0)")            \
+  X(run, epochs, int64_t, 2, "passes over the training split (>= 1; ignored when max_steps > 0)")     \
+  X(run, max_steps, int64_t, 0, "optimizer steps to run (>= 0); 0 = epochs x steps per epoch")         \
+  X(run, log_every, int64_t, 50, "steps between progress lines and metrics.jsonl records (>= 1)")      \
   X(run, device, std::string, "auto", "auto | cpu | cuda (auto: cuda when this build and the node have GPUs)") \
   X(run, threads, int64_t, 0, "intra-op threads per rank (at most 1024); 0 = the CPUs the rank may run on (its affinity: --cpus-per-task, -bind-to, taskset), each shared equally among the node's ranks that may run on it") \
   X(run, fail_timeout_s, double, 30.0,                                                          \
@@ -30,7 +30,7 @@
 #define TRIDENT_DECK_DATA(X)                                                                    \
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \
     "HDF5 dataset with groups /train and /test holding inputs and labels (or tokens, for gpt)")                      \
-  X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread; 0 = read inline") \
+  X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread (>= 0); 0 = read inline") \
   X(data, check_finite, bool, false, "scan the float inputs for NaN/Inf when opening the dataset") \
   X(data, verify_checksums, bool, true,                                                         \
     "check the dataset's CRC-32 blocks (prepare-data writes them) when opening it, each rank its share; false = skip")
@@ -38,11 +38,11 @@
 #define TRIDENT_DECK_MODEL(X)                                                                   \
   X(model, kind, std::string, "cnn", "model from the registry: mlp | cnn | gpt (gpt trains on a token dataset)") \
   X(model, hidden, std::string, "256,128", "mlp: comma-separated hidden layer widths")          \
-  X(model, layers, int64_t, 4, "gpt: transformer blocks")                                       \
-  X(model, heads, int64_t, 4, "gpt: attention heads per block (d_model must be divisible by it)") \
-  X(model, d_model, int64_t, 256, "gpt: embedding width")                                       \
-  X(model, seq_len, int64_t, 128, "gpt: tokens per sample (context length); a sample is seq_len + 1 tokens") \
-  X(model, vocab, int64_t, 0, "gpt: vocabulary size; 0 = the dataset's 'vocab' attribute")
+  X(model, layers, int64_t, 4, "gpt: transformer blocks (>= 1)")                                       \
+  X(model, heads, int64_t, 4, "gpt: attention heads per block (>= 1; d_model must be divisible by it)") \
+  X(model, d_model, int64_t, 256, "gpt: embedding width (>= 1)")                                       \
+  X(model, seq_len, int64_t, 128, "gpt: tokens per sample (context length, >= 1); a sample is seq_len + 1 tokens") \
+  X(model, vocab, int64_t, 0, "gpt: vocabulary size (>= the dataset's); 0 = the dataset's 'vocab' attribute")
 
 #define TRIDENT_DECK_PARALLEL(X)                                                                \
   X(parallel, dp, std::string, "auto", "data-parallel replicas; auto = world size / pp")        \
@@ -56,20 +56,20 @@
     "pipeline schedule: gpipe | 1f1b | zb-h1 (1f1b with each backward split: weight gradients fill the bubbles) | interleaved (Megatron's interleaved 1f1b over parallel.virtual_stages chunks per rank)") \
   X(parallel, virtual_stages, int64_t, 1,                                                       \
     "interleaved: model chunks per rank (>= 2); the layers are cut into pp x v chunks, rank r holding chunks r, r + pp, ...") \
-  X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: mpi for CPU tensors)") \
-  X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB")
+  X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: nccl for CUDA tensors, mpi for CPU ones and for ranks sharing a GPU)") \
+  X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB (> 0)")
 
 #define TRIDENT_DECK_OPTIM(X)                                                                   \
   X(optim, name, std::string, "adamw", "adamw | sgd (with momentum)")                           \
-  X(optim, lr, double, 1e-3, "peak learning rate")                                              \
+  X(optim, lr, double, 1e-3, "peak learning rate (> 0)")                                              \
   X(optim, lr_schedule, std::string, "constant", "constant | cosine (after warmup)")            \
-  X(optim, warmup_steps, int64_t, 0, "steps of linear warmup from 0 to lr")                     \
-  X(optim, min_lr, double, 0.0, "cosine: learning rate at the last step")                       \
-  X(optim, weight_decay, double, 0.0, "decoupled weight decay (adamw) or L2 term (sgd)")        \
-  X(optim, momentum, double, 0.9, "sgd momentum")                                               \
-  X(optim, beta1, double, 0.9, "adamw first-moment decay")                                      \
-  X(optim, beta2, double, 0.999, "adamw second-moment decay")                                   \
-  X(optim, eps, double, 1e-8, "adamw denominator epsilon")                                      \
+  X(optim, warmup_steps, int64_t, 0, "steps of linear warmup from 0 to lr (>= 0)")                     \
+  X(optim, min_lr, double, 0.0, "cosine: learning rate at the last step (0 <= min_lr <= lr)")                       \
+  X(optim, weight_decay, double, 0.0, "decoupled weight decay (adamw) or L2 term (sgd), >= 0")        \
+  X(optim, momentum, double, 0.9, "sgd momentum, in [0, 1)")                                               \
+  X(optim, beta1, double, 0.9, "adamw first-moment decay, in [0, 1)")                                      \
+  X(optim, beta2, double, 0.999, "adamw second-moment decay, in [0, 1)")                                   \
+  X(optim, eps, double, 1e-8, "adamw denominator epsilon (> 0)")                                      \
   X(optim, global_batch, int64_t, 256, "samples per optimizer step over all ranks (fixed under strong scaling)") \
   X(optim, micro_batch, std::string, "auto",                                                    \
     "samples per rank per micro-step; accumulation = global_batch / (micro_batch x dp); auto = the " \
@@ -81,9 +81,9 @@
 
 #define TRIDENT_DECK_CHECKPOINT(X)                                                              \
   X(checkpoint, every_steps, int64_t, 0,                                                        \
-    "save every N steps (and always at the end, and on SIGUSR1/SIGTERM); 0 = off")              \
+    "save every N steps (and always at the end, and on SIGUSR1/SIGTERM/SIGINT); 0 = off")              \
   X(checkpoint, every_minutes, double, 0.0, "save every N minutes (rank 0's clock); 0 = off")   \
-  X(checkpoint, keep_last, int64_t, 2, "checkpoints kept; older ones are pruned")               \
+  X(checkpoint, keep_last, int64_t, 2, "checkpoints kept (>= 1); older ones are pruned")               \
   X(checkpoint, async, bool, true,                                                              \
     "periodic saves are written by a background thread while training goes on (training waits " \
     "only for the file's layout, the commit at a later step, and a save still in flight when the " \
