@@ -28,6 +28,7 @@
 #include "report/study.hpp"
 #include "report/sweep.hpp"
 #include "train/plan_text.hpp"
+#include "train/same_deck.hpp"
 #include "train/trainer.hpp"
 
 namespace po = boost::program_options;
@@ -187,6 +188,7 @@ int train_command(int argc, char** argv) {
       error = e.what();
     }
     comm::agree_or_throw(MPI_COMM_WORLD, error);
+    train::agree_on_deck(MPI_COMM_WORLD, deck, vm["resume"].as<std::string>());
     train::Trainer trainer(deck, MPI_COMM_WORLD, vm["resume"].as<std::string>());
     trainer.run();
     return 0;

@@ -1,6 +1,7 @@
 // build_stage(): the second of a Trainer's three construction steps (trainer_state.hpp).
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <optional>
 
 #include "comm/mpi_communicator.hpp"
@@ -18,6 +19,17 @@
 namespace trident::train {
 
 namespace {
+
+// What ranks compare to know they read the same dataset: its splits' sizes and sample shape, its
+// vocabulary or classes, and the file's size.
+std::string dataset_fingerprint(const std::string& path, const data::SplitReader& train, const data::SplitReader& test) {
+  std::string shape;
+  for (const int64_t d : train.sample_shape()) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  return fmt::format("{} train and {} test samples of {}, {} {}, {} bytes", train.size(), test.size(), shape,
+                     train.classes(), train.tokens() ? "vocab" : "classes", ec ? 0 : bytes);
+}
 
 // Opens both splits on every rank; the verdict (and message) is the same everywhere.
 void open_dataset(const config::Deck& deck, const Connection& conn, StageParts& st) {
@@ -49,6 +61,14 @@ void open_dataset(const config::Deck& deck, const Connection& conn, StageParts& 
   } catch (const BadInput& e) {
     error = e.what();
   }
+  // Every rank must read the same data: per-node copies staged differently would train on a mix
+  // of them and fault, if at all, far from the cause.
+  const std::string mine = error.empty() ? dataset_fingerprint(deck.data.path, *st.train_split, *st.test_split) : "";
+  const std::string rank0 = comm::broadcast(conn.world.comm, mine);
+  if (error.empty() && !rank0.empty() && mine != rank0)
+    error = fmt::format("data.path {}: {} reads a different dataset than rank 0 (rank 0: {}; here: {}). Every rank must "
+                        "read the same file: is a node's copy out of date?",
+                        deck.data.path, who(), rank0, mine);
   comm::agree_or_throw(conn.world.comm, error);
 }
 
