@@ -151,6 +151,21 @@ std::vector<std::string> step_files_in(const std::string& dir) {
 
 }  // namespace
 
+std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return removed;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto name = entry.path().filename().string();
+    const bool unfinished_step = name.rfind("step_", 0) == 0 && name.size() > 7 && name.substr(name.size() - 7) == ".h5.tmp";
+    if (!(unfinished_step || name == "latest.tmp") || !entry.is_regular_file(ec)) continue;
+    const auto bytes = entry.file_size(ec);
+    if (fs::remove(entry.path(), ec)) removed.push_back(fmt::format("{} ({:.1f} MiB)", name, static_cast<double>(bytes) / (1 << 20)));
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
 std::vector<std::string> step_files_after(const std::string& dir, int64_t step) {
   std::vector<std::string> later = step_files_in(dir);
   later.erase(later.begin(), std::upper_bound(later.begin(), later.end(), step_file(step)));

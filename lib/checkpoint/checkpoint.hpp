@@ -67,6 +67,10 @@ struct Retention {
 };
 // The step_*.h5 names in `dir` of steps after `step`, oldest first (none when `dir` is absent).
 std::vector<std::string> step_files_after(const std::string& dir, int64_t step);
+// Removes the saves an earlier run of the folder left unfinished (step_*.h5.tmp, latest.tmp: it
+// was killed while writing them; nothing reads them) and returns "name (size)" for each. Only
+// for the run that holds the folder's lock, before its first save.
+std::vector<std::string> remove_unfinished_saves(const std::string& dir);
 
 // Collective over `comm`. `params` and `buffers` list the whole model (every rank passes the
 // same lists and the same state names). Returns the committed file's path.
@@ -88,7 +92,7 @@ class BackgroundSave {
   BackgroundSave(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
                  const Shard& live, Shard& snapshot, MPI_Comm comm, const Retention& retention);
-  ~BackgroundSave();  // joins the thread; a file not committed stays as step_N.h5.tmp
+  ~BackgroundSave();  // joins the thread; a file not committed stays as step_N.h5.tmp (the next run of the folder removes it)
   BackgroundSave(const BackgroundSave&) = delete;
   BackgroundSave& operator=(const BackgroundSave&) = delete;
 

@@ -266,6 +266,10 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
   checkpoint::Retention retention;
   retention.keep_last = static_cast<int>(deck.checkpoint.keep_last);
   if (conn.world.rank != 0) return retention;  // rank 0 commits and prunes
+  const auto unfinished = checkpoint::remove_unfinished_saves(checkpoint_dir(deck));
+  if (!unfinished.empty())
+    log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", checkpoint_dir(deck),
+              fmt::join(unfinished, ", "));
   retention.not_this_runs = checkpoint::step_files_after(checkpoint_dir(deck), start_step);
   if (!retention.not_this_runs.empty())
     log::info("checkpoints in {} of later steps than this run's start (step {}), not this run's: {}; left as they are "
