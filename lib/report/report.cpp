@@ -9,12 +9,14 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "comm/backend.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace trident::report {
 
@@ -292,8 +294,38 @@ ReadReport read_report_json(const std::string& path) {
   return read;
 }
 
-MetricsLog::MetricsLog(const std::string& path, bool append) : file_(std::fopen(path.c_str(), append ? "a" : "w")) {
-  if (!file_) fatal_one("cannot create " + path);
+namespace {
+
+// Keeps the records of `path` up to step `last` (and drops a line a kill cut short).
+void keep_records_up_to(const std::string& path, int64_t last) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    const json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool keep = record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+                      record["step"].get<int64_t>() <= last;
+    if (keep) kept += line + "\n";
+    dropped = dropped || !keep;
+  }
+  if (!dropped) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out) fatal_one(fmt::format("cannot write {} ({})", tmp, std::strerror(errno)));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, int64_t resumed_from) : path_(path) {
+  if (resumed_from > 0) keep_records_up_to(path, resumed_from);
+  file_ = std::fopen(path.c_str(), resumed_from > 0 ? "a" : "w");
+  if (!file_) fatal_one(fmt::format("cannot create {} ({})", path, std::strerror(errno)));
 }
 
 MetricsLog::~MetricsLog() {
@@ -306,8 +338,11 @@ void MetricsLog::write(const MetricsRecord& m) {
                {"lr", m.lr},     {"samples_per_s", m.samples_per_s}, {"grad_norm", m.grad_norm}};
   if (m.loss_scale) line["loss_scale"] = *m.loss_scale;
   if (m.skipped_steps) line["skipped_steps"] = *m.skipped_steps;
-  std::fprintf(file_, "%s\n", line.dump().c_str());
-  std::fflush(file_);
+  const bool written = std::fprintf(file_, "%s\n", line.dump().c_str()) > 0 && std::fflush(file_) == 0;
+  if (!written && !warned_) {
+    warned_ = true;
+    log::warn("{}: a record of step {} could not be written ({}); training goes on", path_, m.step, std::strerror(errno));
+  }
 }
 
 int64_t peak_rss_bytes() {

@@ -109,7 +109,10 @@ struct MetricsRecord {
 class MetricsLog {
  public:
   MetricsLog() = default;
-  MetricsLog(const std::string& path, bool append);  // append: a resumed run continues the file
+  // A run resumed from step `resumed_from` > 0 continues the file, without the records of later
+  // steps an earlier run logged after that checkpoint (it was killed: they are not this run's
+  // history, and the resumed run logs those steps again); 0 starts it anew.
+  MetricsLog(const std::string& path, int64_t resumed_from);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -117,6 +120,8 @@ class MetricsLog {
 
  private:
   std::FILE* file_ = nullptr;
+  std::string path_;
+  bool warned_ = false;  // a failed write is said once
 };
 
 // Peak resident set size of this process in bytes.

@@ -357,7 +357,7 @@ class ProgressLog {
  public:
   ProgressLog(const Trainer::State& s, Result& result) : s_(s), result_(result) {
     if (s.conn.world.rank == 0)
-      metrics_ = std::make_unique<report::MetricsLog>(s.deck.run.output_dir + "/metrics.jsonl", s.restored.start_step > 0);
+      metrics_ = std::make_unique<report::MetricsLog>(s.deck.run.output_dir + "/metrics.jsonl", s.restored.start_step);
   }
   void step_done() { ++window_steps_; }
   // After an epoch's evaluation: its time is not the next window's.

@@ -36,4 +36,9 @@ tensors() { "$trident" inspect "$1" | sed -n '/^\/\(params\|optim\)\//,+1p'; }
 [ -n "$(tensors runs/straight/checkpoints/step_0000040.h5)" ] || fail "inspect lists no tensors"
 diff <(tensors runs/straight/checkpoints/step_0000040.h5) <(tensors runs/killed/checkpoints/step_0000040.h5) \
   || fail "final parameters differ from the uninterrupted run's"
+# metrics.jsonl holds each step once, as the uninterrupted run logged it (the killed run's record
+# of step 20, after the checkpoint it resumed from, was logged a second time).
+records() { sed 's/"samples_per_s":[^,}]*//' "$1"; }
+diff <(records runs/straight/metrics.jsonl) <(records runs/killed/metrics.jsonl) \
+  || fail "metrics.jsonl differs from the uninterrupted run's"
 echo PASS
