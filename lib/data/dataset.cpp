@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
@@ -26,6 +28,14 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
   if (!hdf5::is_hdf5_file(path)) bad("not an HDF5 file");
   file_ = hdf5::Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file_.valid()) bad("HDF5 cannot open it");
+  void* handle = nullptr;
+  struct stat opened {};
+  if (H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle) >= 0 && handle && fstat(*static_cast<int*>(handle), &opened) == 0) {
+    fd_ = *static_cast<int*>(handle);
+    opened_size_ = static_cast<int64_t>(opened.st_size);
+    opened_mtime_ns_ = static_cast<int64_t>(opened.st_mtim.tv_sec) * 1000000000 + opened.st_mtim.tv_nsec;
+  }
+  H5Eclear2(H5E_DEFAULT);
   if (tokens()) {
     open_tokens();
     return;
@@ -220,7 +230,22 @@ void SplitReader::read_tokens(const std::vector<int64_t>& indices, at::Tensor* i
   if (labels) *labels = windows.narrow(1, 1, seq_len_).contiguous();
 }
 
+void SplitReader::check_unchanged() const {
+  struct stat now {};
+  if (fd_ < 0 || fstat(fd_, &now) != 0) return;
+  const int64_t size = static_cast<int64_t>(now.st_size);
+  const int64_t mtime_ns = static_cast<int64_t>(now.st_mtim.tv_sec) * 1000000000 + now.st_mtim.tv_nsec;
+  if (size == opened_size_ && mtime_ns == opened_mtime_ns_) return;
+  fatal_one(fmt::format("data.path {} changed while this run reads it ({}): it was truncated or written over in place, "
+                        "and what HDF5 reads from it now is not the dataset. Keep the file as it is while a run uses "
+                        "it; to replace it, write a new file and rename it over the old one",
+                        path_,
+                        size != opened_size_ ? fmt::format("{} bytes when opened, {} now", opened_size_, size)
+                                             : std::string("modified since it was opened")));
+}
+
 void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels) {
+  check_unchanged();
   if (tokens()) return read_tokens(indices, inputs, labels);
   const auto n = static_cast<int64_t>(indices.size());
   // HDF5 fills memory in file order: read the sorted rows, then put them back in the order asked.

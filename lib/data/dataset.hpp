@@ -57,6 +57,11 @@ class SplitReader {
   // H5Dread, or a fault naming the data file and the dataset (a damaged chunk, an I/O error).
   void read_or_fault(hid_t dataset, const char* name, hid_t mem_type, hid_t mem_space, hid_t file_space, void* out);
   at::Tensor read_windows(const std::vector<int64_t>& indices);  // int64 [n, seq_len + 1]
+  // A fault naming the file when it was truncated or written over in place since it was opened
+  // (HDF5 reads zeros past a file's end and raises no error: the run would train on them).
+  void check_unchanged() const;
+  int fd_ = -1;  // HDF5's descriptor of the open file (-1: a driver without one; not checked)
+  int64_t opened_size_ = 0, opened_mtime_ns_ = 0;
   void read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
   hdf5::Hid file_, inputs_, labels_, tokens_;
   int64_t size_ = 0, classes_ = 0, seq_len_ = 0;

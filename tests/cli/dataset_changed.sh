@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# dataset_changed.sh TRIDENT MPIEXEC: the dataset truncated in place while a run reads it (a node's
+# copy staged again with cp). HDF5 reads zeros past a file's end without an error, so the run
+# trained on them (loss to chance level, exit 0 at the end) and pruned its good checkpoints. Now
+# the next read faults naming the file, and the checkpoints written before stay good.
+source "$(dirname "$0")/common.sh" "$1" "$2" 4096
+cp syn.h5 live.h5
+"$mpiexec" -n 2 "$trident" train /dev/null --set data.path=live.h5 --set model.kind=mlp --set run.threads=1 \
+  --set optim.global_batch=64 --set run.max_steps=1000000 --set run.log_every=10 --set checkpoint.every_steps=20 \
+  --set checkpoint.async=false >run.log 2>&1 &
+pid=$!
+for _ in $(seq 600); do  # until two checkpoints are committed (60 s at most)
+  [ "$(ls runs/trident/checkpoints 2>/dev/null | grep -c '^step_.*\.h5$')" -ge 2 ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+truncate -s 200000 live.h5
+for _ in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $pid 2>/dev/null; then kill -9 $pid; fail "still training 60 s after its dataset was truncated"; fi
+set +e
+wait $pid
+rc=$?
+set -e
+tail -5 run.log
+[ "$rc" != 0 ] || fail "exit code 0 after training on a truncated dataset"
+grep -q "data.path live.h5 changed while this run reads it (" run.log || fail "no message naming the changed file"
+latest=runs/trident/checkpoints/$(cat runs/trident/checkpoints/latest)
+"$trident" inspect "$latest" | grep -q "every block verified" || fail "$latest does not verify"
+echo PASS
