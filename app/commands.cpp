@@ -166,9 +166,8 @@ int train_command(int argc, char** argv) {
     return 0;
   }
 
-  // A stop signal from here on is held until the first step boundary, which checkpoints and
-  // exits 3; one during MPI_Init or the deck's checks killed the process (exit 128 + signal,
-  // which the job scripts do not requeue).
+  // A stop signal from here on, MPI_Init and the deck's checks included, is held until the first
+  // step boundary, which checkpoints and exits 3 (tests/cli/signal_resume.sh sends one here).
   train::catch_stop_signals();
   if (std::getenv("TRIDENT_TEST_SIGNAL_AT_LAUNCH")) std::raise(SIGUSR1);  // tests/cli/signal_resume.sh
   comm::MpiSession mpi(&argc, &argv);

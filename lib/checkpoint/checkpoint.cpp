@@ -302,9 +302,12 @@ struct Written {
 };
 
 std::string not_saved(int64_t step, const std::string& failure, const std::string& tmp_path, const std::string& dir) {
+  const bool space = failure.find("No space left") != std::string::npos || failure.find("quota") != std::string::npos;
   return fmt::format("checkpoint of step {} not saved: {}. Removed {}; the previous checkpoint and 'latest' are "
-                     "unchanged. Free space in {} and resume with --resume auto",
-                     step, failure, tmp_path, dir);
+                     "unchanged. {} and resume with --resume auto",
+                     step, failure, tmp_path,
+                     space ? fmt::format("Free space in {}", dir)
+                           : fmt::format("Make sure {} stays a writable folder that every rank sees", dir));
 }
 
 // A file whose HDF5 writes failed (disk full, quota) removed. HDF5 cannot close a file whose
@@ -332,7 +335,7 @@ void commit(const std::string& dir, const std::string& tmp_path, int64_t step, c
     std::ofstream out(latest_tmp);
     out << name << "\n";
     out.flush();
-    if (!out) fatal_one("checkpoint: cannot write " + latest_tmp);
+    if (!out) fatal_one(fmt::format("checkpoint: cannot write {} ({})", latest_tmp, std::strerror(errno)));
   }
   fs::rename(latest_tmp, dir + "/latest");
   std::vector<std::string> saved;  // this run's and those it continues, oldest first

@@ -86,12 +86,26 @@ void write_dataset(hid_t file, const std::string& name, const std::vector<hsize_
   hdf5::checksum_rows(dataset);  // of the bytes as stored: training finds a damaged block
 }
 
+// The file a path names once its symbolic links are followed (data/x.h5 -> /scratch/x.h5: the
+// file goes to scratch and the link stays), also when the last link's target does not exist yet.
+fs::path through_links(fs::path path) {
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(path, ec); ++hops) {
+    const fs::path target = fs::read_symlink(path, ec);
+    if (ec) break;
+    path = target.is_absolute() ? target : path.parent_path() / target;
+  }
+  return path.lexically_normal();
+}
+
 // Creates OUT.tmp with /train and /test, lets `fill` write, then renames over OUT, so a failed
-// conversion never leaves a half-written dataset under the real name.
+// conversion never leaves a half-written dataset under the real name. An OUT that is a symbolic
+// link is written through: the file it points to is replaced, not the link.
 template <typename Fill>
-void write_atomically(const std::string& out, Fill fill) {
+void write_atomically(const std::string& out_given, Fill fill) {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
+  const std::string out = out_given.empty() ? out_given : through_links(out_given).string();
   const fs::path target(out);
   std::error_code ec;
   if (out.empty()) fatal_all("prepare-data: --out is empty; give the file to write, e.g. data/data.h5");

@@ -142,9 +142,10 @@ void write_report_json(const std::string& path, const Summary& s) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    if (!out) fatal_one("cannot write " + tmp);
+    if (!out) fatal_one(fmt::format("cannot create {} ({})", tmp, std::strerror(errno)));
     out << r.dump(2) << "\n";
-    if (!out) fatal_one("cannot write " + tmp);
+    out.flush();  // a full disk shows here, not in the destructor's close
+    if (!out) fatal_one(fmt::format("cannot write {} ({})", tmp, std::strerror(errno)));
   }
   std::filesystem::rename(tmp, path);
 }

@@ -243,7 +243,7 @@ std::string study_markdown(const Study& study) {
           "| {:.2f} | {} |\n",
           r.world, r.nodes, r.dp, r.pp, r.zero, r.global_batch, 1e3 * r.step_time_s, r.samples_per_s, r.speedup,
           r.baseline ? " (baseline)" : "", r.ideal_speedup, 100.0 * r.efficiency, mib(r.peak_bytes),
-          mib(r.model_state_bytes), relative_dir(study, r.file));
+          mib(r.model_state_bytes), md_cell(relative_dir(study, r.file)));
     }
     md << "\nTime by phase (max over ranks): ms per step for the training phases, seconds over the whole run for "
           "the others.\n\n| ranks | steps run |";

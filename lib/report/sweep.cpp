@@ -161,12 +161,12 @@ std::string sweep_markdown(const Sweep& sweep) {
   md += "---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& p : sweep.points) {
     md += p.finished ? fmt::format("| {} | {} |", p.rank, p.index) : fmt::format("| - | {} |", p.index);
-    for (const auto& key : sweep.swept_keys) md += " " + value_of(p, key) + " |";
+    for (const auto& key : sweep.swept_keys) md += " " + md_cell(value_of(p, key)) + " |";
     if (p.finished)
       md += fmt::format(" {:.2f}% | {:.4f} | {:.4f} | {} | {} | {:.2f} | {:.0f} |\n", 100.0 * p.test_accuracy, p.test_loss,
                         p.train_loss, p.steps, p.micro_batch, 1e3 * p.step_time_s, p.samples_per_s);
     else
-      md += fmt::format(" not finished: no {}/report.json | | | | | | |\n", p.dir);
+      md += fmt::format(" not finished: no {}/report.json | | | | | | |\n", md_cell(p.dir));
   }
   if (micro_batch_swept(sweep)) {
     md += "\n## Micro-batch size: step time and throughput\n\nEach optimizer step trains the same global batch; a larger "

@@ -38,6 +38,13 @@ inline std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
+// Text for a markdown table cell: a '|' would end the cell, a line break the row.
+inline std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
+  return out;
+}
+
 // Round axis steps (1, 2, 5 x 10^k) with at most 8 ticks up to `top`.
 inline double nice_step(double top) {
   double step = std::pow(10.0, std::floor(std::log10(top / 8)));

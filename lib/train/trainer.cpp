@@ -295,6 +295,12 @@ void log_layout(const Trainer::State& s) {
             "{} steps/epoch, {} steps",
             deck.model.kind, topo.stage(), layer_runs, s.stage.flat->numel(), deck.data.path,
             s.stage.train_split->size(), s.stage.test_split->size(), s.stage.sampler->steps_per_epoch(), s.stage.total_steps);
+  // Settings this layout makes no-ops: accepted (one deck runs at any rank count), but said.
+  if (deck.parallel.zero > 0 && topo.dp() == 1)
+    log::info("note: parallel.zero = {} at dp 1 shards nothing (each rank holds its whole stage, as at zero 0)",
+              deck.parallel.zero);
+  if (deck.parallel.schedule == "zb-h1" && topo.pp() == 1)
+    log::info("note: parallel.schedule = zb-h1 at pp 1 has no pipeline bubble for its split backward to fill");
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
 }
 

@@ -119,3 +119,11 @@ TEST_F(SweepReport, NoFinishedPointIsBadInput) {
     EXPECT_NE(std::string(e.what()).find("no point of the sweep"), std::string::npos) << e.what();
   }
 }
+
+TEST_F(SweepReport, AValueWithABarStaysInItsMarkdownCell) {
+  sweep_file("data.path=a|b.h5\ndata.path=c.h5\n");
+  point(0, 0.80, 0.60, 16, 0.1);
+  point(1, 0.90, 0.40, 16, 0.1);
+  const std::string md = sweep_markdown(load_sweep(dir_.string(), ""));
+  EXPECT_NE(md.find("| 2 | 0 | a\\|b.h5 | 80.00% |"), std::string::npos) << md;  // the '|' escaped: one cell
+}
