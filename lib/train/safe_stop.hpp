@@ -9,9 +9,11 @@
 namespace trident::train {
 
 struct SafeStop {
-  double step_s = 0;  // one training step, mean over this run's steps
-  double save_s = 0;  // the last checkpoint's save
-  double needed_s() const { return step_s + save_s; }
+  double step_s = 0;        // one training step, mean over this run's steps
+  double save_s = 0;        // the last checkpoint's save
+  double evaluation_s = 0;  // the last test-split evaluation (0 before the first): a signal that
+                            // comes during one waits for it, then the next step, then the save
+  double needed_s() const { return step_s + save_s + evaluation_s; }
 };
 
 // TRIDENT_SIGNAL_LEAD_S in seconds; 0 when unset, empty or not a positive number.

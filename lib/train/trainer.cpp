@@ -429,10 +429,12 @@ struct RunTotals {
   double step_seconds = 0;  // in train_step alone, this run
   int64_t steps_trained = 0;
   int64_t steps_done = 0;  // the step the run has reached
-  bool signal_lead_checked = false;
-  // What a stop takes on this rank: a mean step of this run and a save as long as the last one.
+  double last_eval_s = 0;  // the last evaluation of the test split, this rank
+  bool signal_lead_warned = false;
+  // What a stop takes on this rank: a mean step of this run, a save as long as the last one, and
+  // an evaluation as long as the last one (a signal during one is acted on after the next step).
   SafeStop safe_stop(double last_save_s) const {
-    return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, last_save_s};
+    return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, last_save_s, last_eval_s};
   }
 };
 
@@ -461,13 +463,14 @@ struct DataWaitTally {
   }
 };
 
-// After the first save: does the job's signal (TRIDENT_SIGNAL_LEAD_S) leave time for a step and
-// a save? Rank 0 warns once.
+// After each save and evaluation: does the job's signal (TRIDENT_SIGNAL_LEAD_S) leave time for an
+// evaluation, a step and a save? Rank 0 warns once, when it first does not.
 void check_signal_lead(const Trainer::State& s, RunTotals& run) {
-  if (run.signal_lead_checked) return;
-  run.signal_lead_checked = true;
-  if (const std::string warning = signal_lead_warning(signal_lead_seconds(), run.safe_stop(s.last_save_s)); !warning.empty())
+  if (run.signal_lead_warned) return;
+  if (const std::string warning = signal_lead_warning(signal_lead_seconds(), run.safe_stop(s.last_save_s)); !warning.empty()) {
     log::warn("{}", warning);
+    run.signal_lead_warned = true;
+  }
 }
 
 // Steps [first, end) of epoch `epoch`: each trained, then the boundary's agreed log, save or stop.
@@ -533,8 +536,11 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
 void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
   {
     ScopedTimer t(s.times.evaluation);
+    Stopwatch evaluating;
     run.last_eval = evaluate_test_split(s);
+    run.last_eval_s = evaluating.seconds();
   }
+  check_signal_lead(s, run);
   log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.stage.epochs,
             epoch_loss(s, run).mean(), run.last_eval.loss,
             100.0 * run.last_eval.accuracy);

@@ -1,5 +1,5 @@
 // A job's signal lead (TRIDENT_SIGNAL_LEAD_S, the job script's --signal=B:USR1@N) against what a
-// stop takes here (a step and a save): warned when too short, with the lead to ask for.
+// stop takes here (an evaluation, a step and a save): warned when too short, with the lead to ask for.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,6 +16,17 @@ TEST(SafeStop, WarnsWhenTheSignalComesTooLateAndNamesTheLeadNeeded) {
   EXPECT_NE(warning.find("60 s before its end"), std::string::npos) << warning;
   EXPECT_NE(warning.find("takes 120.00 s here (step 30.00 s + save 90.00 s)"), std::string::npos) << warning;
   EXPECT_NE(warning.find("at least --signal=B:USR1@180"), std::string::npos) << warning;  // 1.5 x 120
+}
+
+TEST(SafeStop, AnEvaluationCountsTowardTheLead) {
+  // A signal during a 50 s evaluation waits for it, the next 30 s step and the 90 s save: 170 s.
+  const SafeStop stop{30.0, 90.0, 50.0};
+  EXPECT_EQ(signal_lead_warning(170.0, stop), "");
+  const std::string warning = signal_lead_warning(120.0, stop);
+  EXPECT_NE(warning.find("takes 170.00 s here (step 30.00 s + save 90.00 s + an evaluation of the test split 50.00 s"),
+            std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("at least --signal=B:USR1@255"), std::string::npos) << warning;  // 1.5 x 170
 }
 
 TEST(SafeStop, LeadFromTheEnvironment) {
