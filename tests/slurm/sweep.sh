@@ -72,5 +72,15 @@ s=$(wait_job "${edited}_0" 60)
 [ "$(field "${edited}_0" ExitCode)" = 2:0 ] || { show_job "${edited}_0"; fail "an edited sweep file into the old folder ended $s, not with exit 2"; }
 grep -q "sweeps/points holds the points of another sweep file" "$work"/edited-*_0.out || { show_job "${edited}_0"; fail "no message naming sweeps/points"; }
 cmp -s points.txt "$dir/sweep.txt" || fail "the refused task replaced $dir/sweep.txt"
+
+# The scripts copied into a folder whose name has a space: the task finds ddp_2nodes.slurm next
+# to the sweep.slurm submitted (scontrol's Command= is that path and then the arguments, joined
+# by spaces; it was cut at the first space, and the task exited 2 without TRIDENT_HOME).
+mkdir "$work/my jobs" && cp "$src"/jobs/*.slurm "$work/my jobs/"
+# shellcheck disable=SC2046
+spaced=$(env -u TRIDENT_HOME TRIDENT_SWEEP_DIR="$work/sweeps/spaced" sbatch --parsable --array=0 \
+  --output="$work/spaced-%A_%a.out" "$work/my jobs/sweep.slurm" points.txt $(tiny_args 10) --set data.path="$work/noisy.h5")
+expect_completed "${spaced}_0" 180 "a sweep point submitted from a folder with a space in its name"
+[ -s "$work/sweeps/spaced/point_0/report.json" ] || fail "the point from the folder with a space wrote no report.json"
 echo "after $(elapsed)"
 echo PASS
