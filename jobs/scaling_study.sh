@@ -89,9 +89,12 @@ fi
 
 # trident for the report job: $TRIDENT, the module, PATH, $TRIDENT_HOME/bin (as the job scripts).
 if [ -z "${TRIDENT:-}" ]; then
-  if type module >/dev/null 2>&1; then set +u; module load trident >/dev/null 2>&1 || true; set -u; fi
+  module_said=${TMPDIR:-/tmp}/trident-module-load.$$
+  if type module >/dev/null 2>&1; then set +u; module load trident >/dev/null 2>"$module_said" || true; set -u; fi
   TRIDENT=$(command -v trident || true)
   [ -z "$TRIDENT" ] && [ -x "${TRIDENT_HOME:-/nonexistent}/bin/trident" ] && TRIDENT=$TRIDENT_HOME/bin/trident
+  [ -n "$TRIDENT" ] || [ ! -s "$module_said" ] || { echo "module load trident said:"; cat "$module_said"; } >&2
+  rm -f "$module_said"
 fi
 [ -n "$TRIDENT" ] && [ -x "$TRIDENT" ] || { echo "trident not found: module load trident, put it on PATH, or set TRIDENT_HOME" >&2; exit 2; }
 TRIDENT=$(realpath "$TRIDENT")

@@ -11,6 +11,7 @@ cmake --install "$build" --prefix "$prefix" >/dev/null || fail "cmake --install 
 modulefile=$prefix/share/modulefiles/trident/$version.lua
 [ -f "$modulefile" ] || fail "no modulefile at $modulefile"
 grep -qF "\"$prefix\"" "$modulefile" || fail "the modulefile does not name the install prefix $prefix"
+[ -z "$(find "$build" -newer "$modulefile" -name '*.lua' -path '*modulefiles*')" ] || fail "cmake --install wrote a modulefile into the build folder"
 for f in bin/trident share/trident/jobs/ddp_2nodes.slurm share/trident/jobs/strong_scaling.sh \
          share/trident/inputs/fashion_mnist_ddp.ini; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
@@ -36,5 +37,14 @@ env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin bash --norc --noprofile -c
   module unload trident
   ! command -v trident >/dev/null || { echo "FAIL: trident still on PATH after module unload"; exit 1; }
   [ -z "${TRIDENT_HOME:-}" ] || { echo "FAIL: TRIDENT_HOME still set after module unload"; exit 1; }
+  # The install moved (the old prefix gone): the module finds the new place from its own.
+  mv "$prefix" "$prefix.moved"
+  module use "$prefix.moved/share/modulefiles"
+  module load trident
+  [ "$(command -v trident)" = "$prefix.moved/bin/trident" ] || { echo "FAIL: after a move: $(command -v trident || echo no trident)"; mv "$prefix.moved" "$prefix"; exit 1; }
+  [ "$(trident --version)" = "trident $version" ] || { echo "FAIL: the moved trident"; mv "$prefix.moved" "$prefix"; exit 1; }
+  module help trident 2>&1 | grep -qF "$prefix.moved/share/trident/jobs/ddp_2nodes.slurm" || { echo "FAIL: module help does not name the prefix"; mv "$prefix.moved" "$prefix"; exit 1; }
+  module unload trident
+  mv "$prefix.moved" "$prefix"
 ' bash "$prefix" "$version" "$init"
 echo PASS
