@@ -11,7 +11,7 @@
 # builds first; give each study its own call:
 #   benchmarks/gpu_session.sh build scaling
 #   PIPELINE_PP=2 benchmarks/gpu_session.sh build pipeline
-#   PIPELINE_PP=4 PIPELINE_S=420 benchmarks/gpu_session.sh build pipeline
+#   BUILD_S=170 PIPELINE_PP=4 PIPELINE_S=420 benchmarks/gpu_session.sh build pipeline   (within 600 s)
 # Each step has its own time limit (BUILD_S, TEST_S, MPI_S, BENCH_S, PIPELINE_S for each pp,
 # SCALING_S seconds), so that one that hangs still leaves the device call time for the next. -Werror is off here (WERROR=ON to turn it
 # on): the GPU machine's newer compiler may warn where CI's does not, and a warning must not cost
@@ -26,6 +26,11 @@ mkdir -p "$out"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(build test bench)
 limited() { local seconds=$1; shift; timeout -k 10 "$seconds" "$@"; }
+for step in "${steps[@]}"; do
+  case $step in build | test | mpi | bench | pipeline | scaling) ;;
+    *) echo "unknown step '$step' (build | test | mpi | bench | pipeline | scaling)" >&2; exit 2 ;;
+  esac
+done
 rc=0
 for step in "${steps[@]}"; do
   start=$SECONDS
@@ -66,6 +71,7 @@ for step in "${steps[@]}"; do
     pipeline)
       export MPIEXEC=${MPIEXEC:-$(command -v mpiexec.mpich || echo mpiexec)}
       for pp in ${PIPELINE_PP:-2 4}; do
+        rm -f "benchmarks/results/pipeline_pp$pp.json"  # the committed one must not pass for this run's
         PP=$pp CUDA_VISIBLE_DEVICES=-1 limited "${PIPELINE_S:-280}" benchmarks/pipeline.sh "$build" || rc=1
         cp "benchmarks/results/pipeline_pp$pp.json" "$out/" 2>/dev/null
       done >"$out/pipeline.log" 2>&1

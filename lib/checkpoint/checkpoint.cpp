@@ -160,7 +160,8 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
     const bool unfinished_step = name.rfind("step_", 0) == 0 && name.size() > 7 && name.substr(name.size() - 7) == ".h5.tmp";
     if (!(unfinished_step || name == "latest.tmp") || !entry.is_regular_file(ec)) continue;
     const auto bytes = entry.file_size(ec);
-    if (fs::remove(entry.path(), ec)) removed.push_back(fmt::format("{} ({:.1f} MiB)", name, static_cast<double>(bytes) / (1 << 20)));
+    const std::string size = ec ? "size unknown" : fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+    if (fs::remove(entry.path(), ec)) removed.push_back(fmt::format("{} ({})", name, size));
   }
   std::sort(removed.begin(), removed.end());
   return removed;
@@ -302,11 +303,12 @@ struct Written {
 };
 
 std::string not_saved(int64_t step, const std::string& failure, const std::string& tmp_path, const std::string& dir) {
-  const bool space = failure.find("No space left") != std::string::npos || failure.find("quota") != std::string::npos;
+  const bool space = failure.find("No space left") != std::string::npos || failure.find("quota") != std::string::npos ||
+                     failure.find("File too large") != std::string::npos;
   return fmt::format("checkpoint of step {} not saved: {}. Removed {}; the previous checkpoint and 'latest' are "
                      "unchanged. {} and resume with --resume auto",
                      step, failure, tmp_path,
-                     space ? fmt::format("Free space in {}", dir)
+                     space ? fmt::format("Free space in {} (or raise its quota or file size limit)", dir)
                            : fmt::format("Make sure {} stays a writable folder that every rank sees", dir));
 }
 

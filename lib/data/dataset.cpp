@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 #include <filesystem>
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace trident::data {
 
@@ -30,7 +33,11 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
   if (!file_.valid()) bad("HDF5 cannot open it");
   void* handle = nullptr;
   struct stat opened {};
-  if (H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle) >= 0 && handle && fstat(*static_cast<int*>(handle), &opened) == 0) {
+  hdf5::Hid access(H5Fget_access_plist(file_));
+  // Only the POSIX driver's handle is a descriptor (HDF5_DRIVER can choose another).
+  const bool posix = access.valid() && H5Pget_driver(access) == H5FD_SEC2;
+  if (posix && H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle) >= 0 && handle &&
+      fstat(*static_cast<int*>(handle), &opened) == 0) {
     fd_ = *static_cast<int*>(handle);
     opened_size_ = static_cast<int64_t>(opened.st_size);
     opened_mtime_ns_ = static_cast<int64_t>(opened.st_mtim.tv_sec) * 1000000000 + opened.st_mtim.tv_nsec;
@@ -145,6 +152,7 @@ long long SplitReader::read_count_attribute(const char* name) {
 void SplitReader::read_or_fault(hid_t dataset, const char* name, hid_t mem_type, hid_t mem_space, hid_t file_space,
                                 void* out) {
   if (H5Dread(dataset, mem_type, mem_space, file_space, H5P_DEFAULT, out) >= 0) return;
+  check_unchanged();  // a file cut short under a compressed dataset fails here: say so, not "damaged"
   // A damaged compressed chunk, an I/O error of the file system: this rank's fault, named.
   fatal_one(fmt::format("data.path {}: /{}/{} cannot be read ({}): the file is damaged or its file system failed; "
                         "check it with: trident inspect {}",
@@ -230,22 +238,36 @@ void SplitReader::read_tokens(const std::vector<int64_t>& indices, at::Tensor* i
   if (labels) *labels = windows.narrow(1, 1, seq_len_).contiguous();
 }
 
-void SplitReader::check_unchanged() const {
+void SplitReader::check_unchanged() {
   struct stat now {};
   if (fd_ < 0 || fstat(fd_, &now) != 0) return;
   const int64_t size = static_cast<int64_t>(now.st_size);
+  if (size != opened_size_)
+    fatal_one(fmt::format("data.path {} changed size while this run reads it ({} bytes when opened, {} now): it was "
+                          "truncated or written over in place, and what HDF5 reads from it now is not the dataset. Keep "
+                          "the file as it is while a run uses it; to replace it, write a new file and rename it over "
+                          "the old one",
+                          path_, opened_size_, size));
   const int64_t mtime_ns = static_cast<int64_t>(now.st_mtim.tv_sec) * 1000000000 + now.st_mtim.tv_nsec;
-  if (size == opened_size_ && mtime_ns == opened_mtime_ns_) return;
-  fatal_one(fmt::format("data.path {} changed while this run reads it ({}): it was truncated or written over in place, "
-                        "and what HDF5 reads from it now is not the dataset. Keep the file as it is while a run uses "
-                        "it; to replace it, write a new file and rename it over the old one",
-                        path_,
-                        size != opened_size_ ? fmt::format("{} bytes when opened, {} now", opened_size_, size)
-                                             : std::string("modified since it was opened")));
+  if (mtime_ns != opened_mtime_ns_ && !warned_modified_) {
+    warned_modified_ = true;
+    // Once per file, not per split reading it.
+    static std::mutex warned_mutex;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(warned_mutex);
+    if (!warned.insert(path_).second) return;
+    log::warn("data.path {}: its modification time changed while this run reads it (its size did not): fine after a "
+              "touch; if its content was written over, the run now trains on a mix of two datasets",
+              path_);
+  }
 }
 
 void SplitReader::read(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels) {
-  check_unchanged();
+  read_unchecked(indices, inputs, labels);
+  check_unchanged();  // after the read: a file cut short during it gave zeros, which go no further
+}
+
+void SplitReader::read_unchecked(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels) {
   if (tokens()) return read_tokens(indices, inputs, labels);
   const auto n = static_cast<int64_t>(indices.size());
   // HDF5 fills memory in file order: read the sorted rows, then put them back in the order asked.

@@ -57,11 +57,15 @@ class SplitReader {
   // H5Dread, or a fault naming the data file and the dataset (a damaged chunk, an I/O error).
   void read_or_fault(hid_t dataset, const char* name, hid_t mem_type, hid_t mem_space, hid_t file_space, void* out);
   at::Tensor read_windows(const std::vector<int64_t>& indices);  // int64 [n, seq_len + 1]
-  // A fault naming the file when it was truncated or written over in place since it was opened
-  // (HDF5 reads zeros past a file's end and raises no error: the run would train on them).
-  void check_unchanged() const;
+  // A fault naming the file when its size changed since it was opened (truncated or written
+  // over in place: HDF5 reads zeros past a file's end and raises no error, and the run would
+  // train on them); a warning, once, when only its modification time did (a `touch` against a
+  // scratch purge, or content written over at the same size).
+  void check_unchanged();
+  void read_unchecked(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
   int fd_ = -1;  // HDF5's descriptor of the open file (-1: a driver without one; not checked)
   int64_t opened_size_ = 0, opened_mtime_ns_ = 0;
+  bool warned_modified_ = false;
   void read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
   hdf5::Hid file_, inputs_, labels_, tokens_;
   int64_t size_ = 0, classes_ = 0, seq_len_ = 0;

@@ -88,14 +88,18 @@ void write_dataset(hid_t file, const std::string& name, const std::vector<hsize_
 
 // The file a path names once its symbolic links are followed (data/x.h5 -> /scratch/x.h5: the
 // file goes to scratch and the link stays), also when the last link's target does not exist yet.
-fs::path through_links(fs::path path) {
+// Not normalised: "a/.." is left for the kernel, which resolves it through a link `a` as the
+// path's user meant.
+fs::path through_links(const std::string& out) {
+  fs::path path(out);
   std::error_code ec;
-  for (int hops = 0; hops < 40 && fs::is_symlink(path, ec); ++hops) {
+  for (int hops = 0; fs::is_symlink(path, ec); ++hops) {
+    if (hops == 40) fatal_all(fmt::format("prepare-data: --out {}: too many levels of symbolic links", out));
     const fs::path target = fs::read_symlink(path, ec);
     if (ec) break;
     path = target.is_absolute() ? target : path.parent_path() / target;
   }
-  return path.lexically_normal();
+  return path;
 }
 
 // Creates OUT.tmp with /train and /test, lets `fill` write, then renames over OUT, so a failed

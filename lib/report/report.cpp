@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "comm/backend.hpp"
@@ -297,20 +299,29 @@ ReadReport read_report_json(const std::string& path) {
 
 namespace {
 
-// Keeps the records of `path` up to step `last` (and drops a line a kill cut short).
+// Keeps the records of `path` up to step `last` (and drops a line a kill cut short), saying how
+// many went.
 void keep_records_up_to(const std::string& path, int64_t last) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream lines(text);
   std::string kept, line;
-  bool dropped = false;
-  while (std::getline(in, line)) {
+  int64_t dropped = 0;
+  while (std::getline(lines, line)) {
     const json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
     const bool keep = record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
                       record["step"].get<int64_t>() <= last;
     if (keep) kept += line + "\n";
-    dropped = dropped || !keep;
+    else ++dropped;
   }
-  if (!dropped) return;
+  // A last line without its newline (a kill between the two) is rewritten whole: the next record
+  // would be appended onto it.
+  if (dropped == 0 && (text.empty() || text.back() == '\n')) return;
+  if (dropped > 0)
+    log::info("{}: {} record(s) of steps after {} dropped (logged after the checkpoint this run resumes from; it "
+              "logs those steps again)",
+              path, dropped, last);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);

@@ -34,6 +34,8 @@ class RunFolder {
   void abandon();
 
   const std::string& lock_path() const { return lock_path_; }
+  // Rank 0: this run holds the folder's lock (false where the file system refused locks).
+  bool locked() const { return wrote_owner_ && !unguarded_; }
 
  private:
   RunFolder() = default;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "comm/world.hpp"
@@ -9,37 +11,67 @@
 
 namespace trident::train {
 
-std::string deck_difference(const std::string& root_deck_text, const std::string& root_resume,
-                            const config::Deck& mine, const std::string& my_resume) {
-  std::vector<std::string> differences;
-  if (config::deck_to_ini(mine) != root_deck_text) {
-    std::vector<std::string> problems;  // rank 0's text is a deck it validated: none expected
-    const config::Deck root = config::parse_deck_text(root_deck_text, "rank 0's deck", {}, &problems);
-    for (const auto& change : config::changed_keys(root, mine)) differences.push_back(change);
-    if (differences.empty()) differences.push_back("the resolved decks' texts");  // a value the text does not carry back
+namespace {
+
+using Values = std::vector<std::pair<std::string, std::string>>;
+
+// Every resolved key's value and --resume, as NUL-separated text (no value holds a NUL): ranks
+// compare it byte for byte, and a difference is listed from it without parsing a deck again.
+std::string serialized(const Values& values) {
+  std::string text;
+  for (const auto& [key, value] : values) text += key + '\0' + value + '\0';
+  return text;
+}
+
+Values deserialized(const std::string& text) {
+  Values values;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t key_end = text.find('\0', at), value_end = text.find('\0', key_end + 1);
+    if (key_end == std::string::npos || value_end == std::string::npos) break;
+    values.emplace_back(text.substr(at, key_end - at), text.substr(key_end + 1, value_end - key_end - 1));
+    at = value_end + 1;
   }
-  if (my_resume != root_resume) differences.push_back(fmt::format("--resume {} -> {}", root_resume, my_resume));
-  if (differences.empty()) return "";
+  return values;
+}
+
+std::string shown(const std::string& value) { return value.empty() ? "''" : value; }
+
+}  // namespace
+
+Values deck_and_resume_values(const config::Deck& deck, const std::string& resume) {
+  Values values = config::deck_values(deck);
+  values.emplace_back("--resume", resume);
+  return values;
+}
+
+std::string deck_difference(const Values& rank0, const Values& mine) {
   std::string list;
-  for (const auto& d : differences) list += (list.empty() ? "" : ", ") + d;
+  for (size_t i = 0; i < std::max(rank0.size(), mine.size()); ++i) {
+    const std::string key = i < mine.size() ? mine[i].first : rank0[i].first;
+    const std::string theirs = i < rank0.size() ? rank0[i].second : "", own = i < mine.size() ? mine[i].second : "";
+    if (i < rank0.size() && i < mine.size() && rank0[i] == mine[i]) continue;
+    list += fmt::format("{}{} {} -> {}", list.empty() ? "" : ", ", key, shown(theirs), shown(own));
+  }
   return list;
 }
 
 void agree_on_deck(MPI_Comm comm, const config::Deck& deck, const std::string& resume) {
-  const std::string root_deck = comm::broadcast(comm, config::deck_to_ini(deck));
-  const std::string root_resume = comm::broadcast(comm, resume);
-  const std::string difference = deck_difference(root_deck, root_resume, deck, resume);
+  const Values mine = deck_and_resume_values(deck, resume);
+  const std::string text = serialized(mine);
+  const std::string rank0 = comm::broadcast(comm, text);
   int rank = 0, length = 0;
   char host[MPI_MAX_PROCESSOR_NAME] = {0};
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Get_processor_name(host, &length));
   comm::agree_or_throw(
-      comm, difference.empty()
+      comm, text == rank0
                 ? ""
-                : fmt::format("the ranks read different decks: {} has {} (rank 0's value -> its own). Every rank must "
-                              "run the same deck, --set and --resume: was the deck edited while the job started, or "
-                              "does a node have another copy?",
-                              fmt::format("rank {} on {}", rank, host), difference));
+                : fmt::format("the ranks read different decks: rank {} on {} has {} (rank 0's value -> its own). Every "
+                              "rank must run the same deck, --set and --resume: was the deck edited while the job "
+                              "started, does a node have another copy, or is it a pipe (<(...)), which only one rank can "
+                              "read?",
+                              rank, host, deck_difference(deserialized(rank0), mine)));
 }
 
 }  // namespace trident::train

@@ -6,6 +6,8 @@
 #include <mpi.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "config/deck.hpp"
 
@@ -15,8 +17,11 @@ namespace trident::train {
 // rank naming the first rank that differs, its keys and both values. Collective over `comm`.
 void agree_on_deck(MPI_Comm comm, const config::Deck& deck, const std::string& resume);
 
-// What differs between rank 0's resolved deck text and --resume and this rank's ("" when none).
-std::string deck_difference(const std::string& root_deck_text, const std::string& root_resume,
-                            const config::Deck& mine, const std::string& my_resume);
+// Every resolved deck key's value, then --resume, as (key, value) in deck order.
+std::vector<std::pair<std::string, std::string>> deck_and_resume_values(const config::Deck& deck,
+                                                                        const std::string& resume);
+// The keys whose values differ, as "key rank0 -> mine, ..." ("" when none).
+std::string deck_difference(const std::vector<std::pair<std::string, std::string>>& rank0,
+                            const std::vector<std::pair<std::string, std::string>>& mine);
 
 }  // namespace trident::train

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "config/deck.hpp"
+#include "train/same_deck.hpp"
 #include "core/error.hpp"
 
 using namespace trident;
@@ -318,4 +319,17 @@ TEST(Deck, EndlessFilesAreNotDecks) {
   EXPECT_NE(bad_input_message([] { config::load_deck("/dev/zero", {}); }).find("bad deck /dev/zero: larger than 1 MiB"),
             std::string::npos);
   EXPECT_EQ(bad_input_message([] { config::load_deck("/dev/null", {}); }), "");  // the empty deck
+}
+
+// What two ranks' decks differ in, listed from their values, not from a deck text parsed again (a
+// '#' in a value would read as a comment there and list a key that is the same on both).
+TEST(Deck, RanksDeckDifferenceListsOnlyTheKeysThatDiffer) {
+  trident::config::Deck rank0, mine;
+  rank0.data.path = mine.data.path = "d#1.h5";
+  rank0.optim.lr = 1e-3;
+  mine.optim.lr = 0.5;
+  const auto a = trident::train::deck_and_resume_values(rank0, "auto");
+  EXPECT_EQ(trident::train::deck_difference(a, a), "");
+  EXPECT_EQ(trident::train::deck_difference(a, trident::train::deck_and_resume_values(mine, "auto")), "optim.lr 0.001 -> 0.5");
+  EXPECT_EQ(trident::train::deck_difference(a, trident::train::deck_and_resume_values(rank0, "never")), "--resume auto -> never");
 }
