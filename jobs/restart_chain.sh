@@ -39,9 +39,14 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || usage
 [[ $links =~ ^[1-9][0-9]*$ ]] || { echo "restart_chain.sh: -n wants a positive count, got '$links'" >&2; exit 2; }
-# -j: a path, or the name of a job script next to this one (-j hybrid.slurm).
-[ -r "$script" ] || [ ! -r "$here/$script" ] || script=$here/$script
-[ -r "$script" ] || { echo "restart_chain.sh: no job script $script" >&2; exit 2; }
+# -j: a path, or the name of a job script next to this one (-j hybrid.slurm), or of the installed
+# ones (this script copied alone into the user's folder).
+for dir in "$here" ${TRIDENT_HOME:+"$TRIDENT_HOME/share/trident/jobs"}; do
+  [ -r "$script" ] || [ ! -r "$dir/$(basename "$script")" ] || script=$dir/$(basename "$script")
+done
+[ -r "$script" ] || { echo "restart_chain.sh: no job script $script (next to this script, or in \$TRIDENT_HOME/share/trident/jobs)" >&2; exit 2; }
+# The deck (the first argument after --, unless it is an option): every link would fail on it.
+[ "${1#-}" != "$1" ] || [ -r "$1" ] || { echo "restart_chain.sh: cannot read the deck $1" >&2; exit 2; }
 
 name=trident-chain-$(date +%Y%m%d-%H%M%S)-$$
 signal_s=${SIGNAL_S:-120}

@@ -72,8 +72,10 @@ for r in "${rank_list[@]}"; do
   [[ $r =~ ^[1-9][0-9]*$ ]] || { echo "$me: --ranks wants positive counts, got '$r'" >&2; exit 2; }
 done
 # -j: a path, or the name of a job script next to this one (-j hybrid.slurm).
-[ -r "$script" ] || [ ! -r "$here/$script" ] || script=$here/$script
-[ -r "$script" ] || { echo "$me: no job script $script" >&2; exit 2; }
+for dir in "$here" ${TRIDENT_HOME:+"$TRIDENT_HOME/share/trident/jobs"}; do  # next to it, or the installed ones
+  [ -r "$script" ] || [ ! -r "$dir/$(basename "$script")" ] || script=$dir/$(basename "$script")
+done
+[ -r "$script" ] || { echo "$me: no job script $script (next to this script, or in \$TRIDENT_HOME/share/trident/jobs)" >&2; exit 2; }
 # Weak scaling sets the batches itself: an override after `--` would come last and win, silently
 # making every run the same work (a strong study reported as weak).
 if [ "$kind" = weak ]; then

@@ -9,4 +9,8 @@
 #            -- inputs/fashion_mnist_ddp.ini --set run.max_steps=200
 # Options: see jobs/scaling_study.sh. Prints the study folder and the job ids; the table is
 # STUDY/report/report.md (also report.csv, report.svg) when the last job has run.
-TRIDENT_STUDY_SCRIPT=$(basename "$0") TRIDENT_STUDY_CALLER=$0 exec "$(dirname "$0")/scaling_study.sh" --kind strong "$@"
+# scaling_study.sh next to this script, or the installed one (this script copied alone).
+study=$(dirname "$0")/scaling_study.sh
+[ -r "$study" ] || study=${TRIDENT_HOME:-/nonexistent}/share/trident/jobs/scaling_study.sh
+[ -r "$study" ] || { echo "$(basename "$0"): cannot find scaling_study.sh next to it, nor in \$TRIDENT_HOME/share/trident/jobs (module load trident)" >&2; exit 2; }
+TRIDENT_STUDY_SCRIPT=$(basename "$0") TRIDENT_STUDY_CALLER=$0 exec bash "$study" --kind strong "$@"

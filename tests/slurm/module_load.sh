@@ -16,6 +16,16 @@ for f in bin/trident share/trident/jobs/ddp_2nodes.slurm share/trident/jobs/stro
          share/trident/inputs/fashion_mnist_ddp.ini; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
+for f in README.md ARCHITECTURE.md BENCHMARKS.md; do
+  [ -s "$prefix/share/doc/trident/$f" ] || fail "not installed: share/doc/trident/$f"
+done
+# The helpers copied alone into a user's folder use the installed scripts next to them.
+mine=$prefix/mine
+mkdir "$mine" && cp "$prefix"/share/trident/jobs/{strong_scaling.sh,restart_chain.sh} "$mine/"
+TRIDENT_HOME=$prefix bash "$mine/strong_scaling.sh" --help | grep -q "^A scaling study" ||
+  fail "strong_scaling.sh copied alone did not find the installed scaling_study.sh"
+out=$(TRIDENT_HOME=$prefix bash "$mine/restart_chain.sh" -- nodeck.ini 2>&1) && fail "a chain of a missing deck was submitted"
+grep -q "restart_chain.sh: cannot read the deck nodeck.ini" <<<"$out" || fail "restart_chain.sh: $out"
 init=
 for f in /usr/share/lmod/lmod/init/bash /etc/profile.d/lmod.sh; do [ -r "$f" ] && { init=$f; break; }; done
 [ -n "$init" ] || fail "Lmod is not installed (apt-get install lmod; scripts/install-deps.sh does)"
