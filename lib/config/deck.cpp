@@ -496,12 +496,21 @@ std::string deck_help() {
   return out;
 }
 
-std::vector<std::string> changed_keys(const Deck& before, const Deck& after) {
+std::vector<std::string> changed_values(const std::vector<std::pair<std::string, std::string>>& before,
+                                        const std::vector<std::pair<std::string, std::string>>& after) {
   std::vector<std::string> changed;
-  for (const auto& f : accessors())
-    if (const std::string was = f.get(before), now = f.get(after); was != now)
-      changed.push_back(fmt::format("{} {} -> {}", f.info.name(), was.empty() ? "''" : was, now.empty() ? "''" : now));
+  auto shown = [](const std::string& value) { return value.empty() ? std::string("''") : value; };
+  for (size_t i = 0; i < std::max(before.size(), after.size()); ++i) {
+    if (i < before.size() && i < after.size() && before[i] == after[i]) continue;
+    const std::string& key = i < after.size() ? after[i].first : before[i].first;
+    changed.push_back(fmt::format("{} {} -> {}", key, shown(i < before.size() ? before[i].second : ""),
+                                  shown(i < after.size() ? after[i].second : "")));
+  }
   return changed;
+}
+
+std::vector<std::string> changed_keys(const Deck& before, const Deck& after) {
+  return changed_values(deck_values(before), deck_values(after));
 }
 
 std::string deck_to_ini(const Deck& deck) {

@@ -165,5 +165,8 @@ std::string deck_help();
 std::string deck_to_ini(const Deck& deck);
 // The keys whose values differ between two decks, as "section.key before -> after", in deck order.
 std::vector<std::string> changed_keys(const Deck& before, const Deck& after);
+// The same for two lists of deck_values() (and any pairs after them, e.g. --resume), by position.
+std::vector<std::string> changed_values(const std::vector<std::pair<std::string, std::string>>& before,
+                                        const std::vector<std::pair<std::string, std::string>>& after);
 
 }  // namespace trident::config

@@ -6,10 +6,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <mutex>
-#include <set>
 #include <filesystem>
+#include <mutex>
 #include <numeric>
+#include <set>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -249,9 +249,8 @@ void SplitReader::check_unchanged() {
                           "the old one",
                           path_, opened_size_, size));
   const int64_t mtime_ns = static_cast<int64_t>(now.st_mtim.tv_sec) * 1000000000 + now.st_mtim.tv_nsec;
-  if (mtime_ns != opened_mtime_ns_ && !warned_modified_) {
-    warned_modified_ = true;
-    // Once per file, not per split reading it.
+  if (mtime_ns != opened_mtime_ns_) {
+    // Once per file, not per split reading it nor per read.
     static std::mutex warned_mutex;
     static std::set<std::string> warned;
     std::lock_guard<std::mutex> lock(warned_mutex);

@@ -63,11 +63,10 @@ class SplitReader {
   // scratch purge, or content written over at the same size).
   void check_unchanged();
   void read_unchecked(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
-  int fd_ = -1;  // HDF5's descriptor of the open file (-1: a driver without one; not checked)
-  int64_t opened_size_ = 0, opened_mtime_ns_ = 0;
-  bool warned_modified_ = false;
   void read_tokens(const std::vector<int64_t>& indices, at::Tensor* inputs, at::Tensor* labels);
   hdf5::Hid file_, inputs_, labels_, tokens_;
+  int fd_ = -1;  // HDF5's descriptor of the open file (-1: a driver without one; not checked)
+  int64_t opened_size_ = 0, opened_mtime_ns_ = 0;
   int64_t size_ = 0, classes_ = 0, seq_len_ = 0;
   std::vector<int64_t> sample_shape_;
   bool inputs_are_bytes_ = false;

@@ -68,6 +68,20 @@ json timeline_json(const std::vector<TimelineOp>& ops) {
   return rows;
 }
 
+// `path` holding `text`, through a temporary file and a rename: a reader (or a kill) never meets
+// half a file. A write that fails (a full disk shows at the flush) is this rank's fault, naming errno.
+void replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) fatal_one(fmt::format("cannot create {} ({})", tmp, std::strerror(errno)));
+    out << text;
+    out.flush();
+    if (!out) fatal_one(fmt::format("cannot write {} ({})", tmp, std::strerror(errno)));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
 }  // namespace
 
 void write_report_json(const std::string& path, const Summary& s) {
@@ -141,15 +155,7 @@ void write_report_json(const std::string& path, const Summary& s) {
                      {"step_time_otherwise_s", s.step_time_otherwise_s}};
   r["time_to_safe_stop_s"] = s.time_to_safe_stop_s ? json(*s.time_to_safe_stop_s) : json(nullptr);
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) fatal_one(fmt::format("cannot create {} ({})", tmp, std::strerror(errno)));
-    out << r.dump(2) << "\n";
-    out.flush();  // a full disk shows here, not in the destructor's close
-    if (!out) fatal_one(fmt::format("cannot write {} ({})", tmp, std::strerror(errno)));
-  }
-  std::filesystem::rename(tmp, path);
+  replace_file(path, r.dump(2) + "\n");
 }
 
 namespace {
@@ -322,14 +328,7 @@ void keep_records_up_to(const std::string& path, int64_t last) {
     log::info("{}: {} record(s) of steps after {} dropped (logged after the checkpoint this run resumes from; it "
               "logs those steps again)",
               path, dropped, last);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    out.flush();
-    if (!out) fatal_one(fmt::format("cannot write {} ({})", tmp, std::strerror(errno)));
-  }
-  std::filesystem::rename(tmp, path);
+  replace_file(path, kept);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "train/same_deck.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 
-#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -35,8 +35,6 @@ Values deserialized(const std::string& text) {
   return values;
 }
 
-std::string shown(const std::string& value) { return value.empty() ? "''" : value; }
-
 }  // namespace
 
 Values deck_and_resume_values(const config::Deck& deck, const std::string& resume) {
@@ -46,14 +44,7 @@ Values deck_and_resume_values(const config::Deck& deck, const std::string& resum
 }
 
 std::string deck_difference(const Values& rank0, const Values& mine) {
-  std::string list;
-  for (size_t i = 0; i < std::max(rank0.size(), mine.size()); ++i) {
-    const std::string key = i < mine.size() ? mine[i].first : rank0[i].first;
-    const std::string theirs = i < rank0.size() ? rank0[i].second : "", own = i < mine.size() ? mine[i].second : "";
-    if (i < rank0.size() && i < mine.size() && rank0[i] == mine[i]) continue;
-    list += fmt::format("{}{} {} -> {}", list.empty() ? "" : ", ", key, shown(theirs), shown(own));
-  }
-  return list;
+  return fmt::format("{}", fmt::join(config::changed_values(rank0, mine), ", "));
 }
 
 void agree_on_deck(MPI_Comm comm, const config::Deck& deck, const std::string& resume) {
