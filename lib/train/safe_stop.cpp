@@ -18,16 +18,19 @@ std::string signal_lead_warning(double lead_s, const SafeStop& stop) {
   if (!(lead_s > 0) || lead_s >= stop.needed_s()) return "";
   const double asked = std::ceil(1.5 * stop.needed_s());
   // snprintf, not fmt: this file builds without LibTorch (whose fmt the CUDA flavour uses) for its test.
-  char evaluation[128] = "";
-  if (stop.evaluation_s > 0)
-    std::snprintf(evaluation, sizeof evaluation, " + an evaluation of the test split %.2f s, which a signal can come during",
-                  stop.evaluation_s);
+  // A signal during a step waits for the step; during an evaluation, for its stretch to the next
+  // check for a signal; the longer of the two is named.
+  char work[160];
+  if (stop.evaluation_s > stop.step_s)
+    std::snprintf(work, sizeof work, "an evaluation's stretch between its checks for a signal %.2f s", stop.evaluation_s);
+  else
+    std::snprintf(work, sizeof work, "step %.2f s", stop.step_s);
   char text[768];
   std::snprintf(text, sizeof text,
                 "the job's signal comes %g s before its end (TRIDENT_SIGNAL_LEAD_S, the job script's "
-                "--signal=B:USR1@%g), but finishing a step and saving takes %.2f s here (step %.2f s + save %.2f s%s): a "
+                "--signal=B:USR1@%g), but finishing a step and saving takes %.2f s here (%s + save %.2f s): a "
                 "stop at the time limit would be killed mid-save. Ask for at least --signal=B:USR1@%g",
-                lead_s, lead_s, stop.needed_s(), stop.step_s, stop.save_s, evaluation, asked);
+                lead_s, lead_s, stop.needed_s(), work, stop.save_s, asked);
   return text;
 }
 

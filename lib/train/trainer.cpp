@@ -96,7 +96,16 @@ namespace {
 
 struct Evaluation {
   double loss = 0, accuracy = 0;
+  bool stopped = false;  // a stop signal came during it: left unfinished, no figures
+  double longest_unchecked_s = 0;  // the longest stretch between its checks for a signal
 };
+
+// Fault injection for the tests: TRIDENT_TEST_SLOW_EVALUATION_MS=N makes each chunk of an
+// evaluation take N ms more (an evaluation long enough for a signal to come during it).
+void slow_evaluation_if_asked() {
+  static const char* slow = std::getenv("TRIDENT_TEST_SLOW_EVALUATION_MS");
+  if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(slow)));
+}
 
 // The test split is evaluated in chunks of the training micro-batch, a size the rank is known to
 // fit: on a GPU a forward holds a chunk's activations in device memory (1000 GPT-2 samples of
@@ -105,7 +114,10 @@ struct Evaluation {
 // and under a pipeline smaller chunks overlap across the stages.
 int64_t evaluation_chunk(const Trainer::State& s) { return s.stage.plan->micro_batch(); }
 
-Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
+// `stop_on_signal`: a stop signal ends the evaluation early (Evaluation::stopped), so that a
+// job's signal lead need not cover a whole evaluation. The ranks agree on it every so many chunks
+// (a small all-reduce: under a pipeline each one drains the stages, so 32 at most).
+Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, bool stop_on_signal = false) {
   // ZeRO-3 gathers every layer for the evaluation's forwards too: that communication is the
   // evaluation's time, not training's (report.json comm_exposed, zero3_gathers).
   const auto& sync = *s.stage.grad_sync;
@@ -125,7 +137,18 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
   const int64_t size = share.end - share.begin;
   double loss_sum = 0, correct = 0;
   auto& pipe = *s.stage.pipeline;
+  const int64_t check_every = std::max<int64_t>(1, (chunks + 31) / 32);
+  bool stopped = false;
+  Stopwatch since_check;
+  double longest_unchecked_s = 0;
   for (int64_t c = 0; c < chunks; ++c) {
+    if (stop_on_signal && c % check_every == 0) {
+      longest_unchecked_s = std::max(longest_unchecked_s, since_check.seconds());
+      stopped = s.conn.world_comm->reduce_number(g_stop_signal != 0 ? 1.0 : 0.0, comm::Reduce::max) != 0;
+      since_check.reset();
+      if (stopped) break;
+    }
+    slow_evaluation_if_asked();
     const int64_t begin = share.begin + size * c / chunks, end = share.begin + size * (c + 1) / chunks;
     if (begin == end) continue;  // a replica with no sample at all (a test split smaller than dp)
     const auto [loss, right] = pipe.evaluate(end - begin, [&] {
@@ -140,11 +163,13 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0) {
   s.evaluation_comm_s += sync.exposed_comm_seconds() - comm_before;
   s.evaluation_gathers += sync.gathers() - gathers_before;
   s.evaluation_gathers_prefetched += sync.gathers_prefetched() - prefetched_before;
+  longest_unchecked_s = std::max(longest_unchecked_s, since_check.seconds());
+  if (stopped) return {0.0, 0.0, true, longest_unchecked_s};
   // Only last stages hold results: the sum over the world is the sum over replicas.
   auto totals = torch::tensor({loss_sum, correct}, torch::kDouble);
   s.conn.world_comm->all_reduce_sum(totals);
   const double n = static_cast<double>(s.stage.test_split->size() * s.stage.test_split->targets_per_sample());
-  return {totals[0].item<double>() / n, totals[1].item<double>() / n};
+  return {totals[0].item<double>() / n, totals[1].item<double>() / n, false, longest_unchecked_s};
 }
 
 // Fault injection for the watchdog tests: TRIDENT_TEST_STALL=RANK:STEP makes that rank's main
@@ -429,10 +454,11 @@ struct RunTotals {
   double step_seconds = 0;  // in train_step alone, this run
   int64_t steps_trained = 0;
   int64_t steps_done = 0;  // the step the run has reached
-  double last_eval_s = 0;  // the last evaluation of the test split, this rank
+  int64_t saved_step = -1;  // the step of this run's last save (started, when in the background)
+  double last_eval_s = 0;  // the longest stretch of the last evaluation between its checks for a signal
   bool signal_lead_warned = false;
-  // What a stop takes on this rank: a mean step of this run, a save as long as the last one, and
-  // an evaluation as long as the last one (a signal during one is acted on after the next step).
+  // What a stop takes on this rank: a mean step of this run (or, if longer, the stretch of an
+  // evaluation between its checks for a signal) and a save as long as the last one.
   SafeStop safe_stop(double last_save_s) const {
     return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, last_save_s, last_eval_s};
   }
@@ -471,6 +497,14 @@ void check_signal_lead(const Trainer::State& s, RunTotals& run) {
     log::warn("{}", warning);
     run.signal_lead_warned = true;
   }
+}
+
+// A stop signal's end of the run, after its step's save: exit 3, which the job scripts requeue.
+[[noreturn]] void stop_by_signal(Trainer::State& s, RunTotals& run) {
+  run.progress.close();
+  s.watchdog->stop();
+  throw StoppedBySignal(fmt::format("stopped by a signal after step {}; checkpoint committed in {}", run.steps_done,
+                                    checkpoint_dir(s.deck)));
 }
 
 // Steps [first, end) of epoch `epoch`: each trained, then the boundary's agreed log, save or stop.
@@ -519,27 +553,38 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
       else
         save_checkpoint(s, step + 1, epoch_loss(s, run));
       run.since_save.reset();
+      run.saved_step = step + 1;
       if (!s.background_save) check_signal_lead(s, run);
     }
     if (due.log || due.save) update_goodput(s, run, loader.get());
-    if (due.stop) {
-      run.progress.close();
-      s.watchdog->stop();
-      throw StoppedBySignal(fmt::format("stopped by a signal after step {}; checkpoint committed in {}", step + 1,
-                                        checkpoint_dir(s.deck)));
-    }
+    if (due.stop) stop_by_signal(s, run);
   }
   run.train_seconds += epoch_watch.seconds();
 }
 
 // The test split after an epoch, and the epoch's line.
+// A stop signal during it ends the run at the epoch's last step, saved, without the evaluation
+// (it is not in the checkpoint: the resumed run goes on with the next epoch). The last epoch's
+// evaluation is the run's result and the final save follows it, so a signal lets that one finish.
 void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
+  Evaluation evaluation;
   {
     ScopedTimer t(s.times.evaluation);
-    Stopwatch evaluating;
-    run.last_eval = evaluate_test_split(s);
-    run.last_eval_s = evaluating.seconds();
+    const bool stoppable = run.steps_done < s.stage.total_steps;
+    evaluation = evaluate_test_split(s, 0, stoppable);
+    if (stoppable) run.last_eval_s = evaluation.longest_unchecked_s;
   }
+  if (evaluation.stopped) {
+    log::info("epoch {}/{}: its evaluation of the test split is left unfinished for a stop signal", epoch + 1,
+              s.stage.epochs);
+    if (run.saved_step == run.steps_done)
+      commit_background_save(s);
+    else
+      save_checkpoint(s, run.steps_done, epoch_loss(s, run));
+    update_goodput(s, run);
+    stop_by_signal(s, run);
+  }
+  run.last_eval = evaluation;
   check_signal_lead(s, run);
   log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.stage.epochs,
             epoch_loss(s, run).mean(), run.last_eval.loss,

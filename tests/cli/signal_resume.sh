@@ -8,7 +8,7 @@
 # that the signal finds a save in flight: the stop commits that one, then saves its own step. A
 # signal before MPI_Init (TRIDENT_TEST_SIGNAL_AT_LAUNCH) stops the run after its first step.
 # Ctrl-C (SIGINT to mpiexec and the ranks) stops a run the same way; a second one a second later
-# ends a rank at once.
+# ends a rank at once. A signal during an evaluation of the test split stops it early.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set data.prefetch=0)
@@ -49,6 +49,37 @@ last() { grep '"step":300[,}]' "$1" | grep -o '"loss":[0-9.e+-]*' | sed 's/"loss
 a=$(last runs/straight/metrics.jsonl) b=$(last runs/stopped/metrics.jsonl)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "final loss $b after stop and resume, $a uninterrupted"
 echo "final loss $a both ways"
+
+# A signal during an evaluation of the test split (its 8 chunks slowed to 1.5 s each: 12 s) stops
+# it at its next check for a signal: the epoch's last step is saved and the run exits 3 without
+# the evaluation, seconds later rather than after it and the next step. The resumed run ends as the
+# uninterrupted one.
+marker=evaluating_$$
+TRIDENT_TEST_SLOW_EVALUATION_MS=1500 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/evaluating \
+  "${args[@]}" --set "run.name=$marker" >evaluating.log 2>&1 &
+launcher=$!
+for _ in $(seq 300); do grep -q "step 60/300" evaluating.log 2>/dev/null && break; sleep 0.1; done
+sleep 2  # steps 61-64 (milliseconds each), then the first epoch's evaluation
+signalled=$(date +%s)
+pkill -USR1 -f "^$trident train .*run.name=$marker"
+set +e
+wait "$launcher"
+rc=$?
+set -e
+took=$(( $(date +%s) - signalled ))
+tail -3 evaluating.log
+[ "$rc" = 3 ] || fail "exit code $rc after a signal during an evaluation, expected 3"
+grep -q "epoch 1/5: its evaluation of the test split is left unfinished for a stop signal" evaluating.log \
+  || fail "no word of the evaluation left unfinished"
+! grep -q "epoch 1/5 done" evaluating.log || fail "the evaluation was finished before the stop"
+grep -q "stopped by a signal after step 64;" evaluating.log || fail "the stop was not at the epoch's last step, 64"
+[ "$took" -le 6 ] || fail "the stop took $took s after the signal: the 12 s evaluation was waited for"
+[ "$(cat runs/evaluating/checkpoints/latest)" = step_0000064.h5 ] || fail "latest does not name step 64"
+"$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/evaluating "${args[@]}" --resume auto \
+  >evaluating_resumed.log 2>&1 || fail "resumed run failed: $(tail -3 evaluating_resumed.log)"
+c=$(last runs/evaluating/metrics.jsonl)
+[ "$c" = "$a" ] || fail "final loss $c after a stop during an evaluation and a resume, $a uninterrupted"
+echo "a signal during an evaluation: exit 3 after $took s, step 64 saved, final loss $c after the resume"
 
 # A signal that comes before MPI_Init (a requeued job preempted again while it starts) is held
 # until the first step boundary: that step is checkpointed and the run exits 3, which the job

@@ -1,5 +1,6 @@
 // A job's signal lead (TRIDENT_SIGNAL_LEAD_S, the job script's --signal=B:USR1@N) against what a
-// stop takes here (an evaluation, a step and a save): warned when too short, with the lead to ask for.
+// stop takes here (a step, or an evaluation's stretch between checks for a signal, and a save):
+// warned when too short, with the lead to ask for.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -18,15 +19,21 @@ TEST(SafeStop, WarnsWhenTheSignalComesTooLateAndNamesTheLeadNeeded) {
   EXPECT_NE(warning.find("at least --signal=B:USR1@180"), std::string::npos) << warning;  // 1.5 x 120
 }
 
-TEST(SafeStop, AnEvaluationCountsTowardTheLead) {
-  // A signal during a 50 s evaluation waits for it, the next 30 s step and the 90 s save: 170 s.
+TEST(SafeStop, AnEvaluationsStretchBetweenSignalChecksCountsWhenLongerThanAStep) {
+  // An evaluation checks for a signal every so often: one during its 50 s between two checks
+  // waits for them and the 90 s save (140 s), longer than a 30 s step and the save.
   const SafeStop stop{30.0, 90.0, 50.0};
-  EXPECT_EQ(signal_lead_warning(170.0, stop), "");
+  EXPECT_EQ(signal_lead_warning(140.0, stop), "");
   const std::string warning = signal_lead_warning(120.0, stop);
-  EXPECT_NE(warning.find("takes 170.00 s here (step 30.00 s + save 90.00 s + an evaluation of the test split 50.00 s"),
+  EXPECT_NE(warning.find("takes 140.00 s here (an evaluation's stretch between its checks for a signal 50.00 s + "
+                         "save 90.00 s)"),
             std::string::npos)
       << warning;
-  EXPECT_NE(warning.find("at least --signal=B:USR1@255"), std::string::npos) << warning;  // 1.5 x 170
+  EXPECT_NE(warning.find("at least --signal=B:USR1@210"), std::string::npos) << warning;  // 1.5 x 140
+  // Shorter than a step: the step is what a signal waits for.
+  const SafeStop short_stretch{30.0, 90.0, 5.0};
+  EXPECT_EQ(signal_lead_warning(120.0, short_stretch), "");
+  EXPECT_NE(signal_lead_warning(100.0, short_stretch).find("(step 30.00 s + save 90.00 s)"), std::string::npos);
 }
 
 TEST(SafeStop, LeadFromTheEnvironment) {
