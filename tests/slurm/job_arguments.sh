@@ -5,7 +5,8 @@
 #    (the installation's), which needs its data file made first;
 #  * a trident that cannot start on the nodes (its path missing there: exit 127) fails the job
 #    with 127, not a success that would end a restart chain;
-#  * TRIDENT_MAX_REQUEUE that is not a number: exit 2 before anything starts.
+#  * TRIDENT_MAX_REQUEUE that is not a number: exit 2 before anything starts;
+#  * hybrid.slurm's plan refuses a layout before the default deck's data file is made.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" job_arguments
 build=$4
 prefix=$work/prefix
@@ -38,5 +39,15 @@ s=$(wait_job "$id" 60)
 [ "$(field "$id" ExitCode)" = 2:0 ] || { show_job "$id"; fail "TRIDENT_MAX_REQUEUE=three: job $s, exit $(field "$id" ExitCode), expected 2"; }
 grep -q "TRIDENT_MAX_REQUEUE=three must be a whole number" "$work/requeue-$id.out" || fail "no message naming TRIDENT_MAX_REQUEUE"
 ! grep -q "trident train" "$work/requeue-$id.out" || fail "training started despite TRIDENT_MAX_REQUEUE=three"
+
+# hybrid.slurm's default deck from a folder without its data, with a layout the allocation cannot
+# run (3 pipeline stages on 2 ranks): the plan refuses it (exit 2) before the data file is made.
+mkdir -p fresh
+id=$(env -u TRIDENT_HOME TRIDENT=$prefix/bin/trident sbatch --parsable --ntasks-per-node=1 --chdir="$work/fresh" \
+       --output="$work/fresh-%j.out" "$src/jobs/hybrid.slurm" --set parallel.pp=3)
+s=$(wait_job "$id" 60)
+[ "$(field "$id" ExitCode)" = 2:0 ] || { show_job "$id"; fail "hybrid.slurm --set parallel.pp=3 on 2 ranks: job $s, exit $(field "$id" ExitCode), expected 2"; }
+[ ! -e fresh/data ] || { show_job "$id"; fail "hybrid.slurm made the data for a layout its plan refused"; }
+echo "hybrid.slurm, a layout the plan refuses: exit 2, no data made"
 echo "after $(elapsed)"
 echo PASS
