@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/compare.hpp"
 #include "comm/cuda_runtime.hpp"
 #include "comm/device_placement.hpp"
 #include "comm/world.hpp"
@@ -128,6 +130,7 @@ void print_usage(std::FILE* out) {
       "  trident prepare-data text --out FILE.h5 [--source FILE|DIR --test-fraction F]   byte tokens for model.kind = gpt\n"
       "  trident prepare-data synthetic --tokens N --out FILE.h5 [--test-tokens N --vocab V]  random tokens\n"
       "  trident inspect FILE.h5                     a dataset or a checkpoint (checksums verified)\n"
+      "  trident compare A.h5 B.h5 [--rtol R]        two checkpoints, tensor by tensor (exit 0 equal, 1 different)\n"
       "  trident plan DECK [--world N] [--set ...]   no training: layout and model-state memory per rank\n"
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
       "  trident report --goodput RUN_DIR [--out DIR]  where a run's job chain spent its time (goodput.md, .svg)\n"
@@ -294,6 +297,34 @@ int inspect_command(int argc, char** argv) {
     std::cout << checkpoint::describe(file, problem);
     if (!problem.empty()) throw BadInput(problem);
     return 0;
+  });
+}
+
+int compare_command(int argc, char** argv) {
+  po::options_description options("trident compare A.h5 B.h5 [--rtol R]");
+  options.add_options()("help,h", "this help")("a", po::value<std::string>(), "a checkpoint")(
+      "b", po::value<std::string>(), "another checkpoint")(
+      "rtol", po::value<double>()->default_value(0),
+      "count a tensor as equal when its largest difference is at most R times A's largest magnitude "
+      "(0: bit for bit)");
+  po::positional_options_description positional;
+  positional.add("a", 1).add("b", 1);
+  return guarded(Ranks::serial, [&] {
+    const auto vm = parse(argc, argv, options, positional);
+    if (vm.count("help")) {
+      std::cout << options << "\nexit codes: 0 equal, 1 different, 2 a file that is not a readable checkpoint\n";
+      return 0;
+    }
+    if (!vm.count("a") || !vm.count("b")) throw BadInput("compare: give two checkpoints (trident compare A.h5 B.h5)");
+    const double rtol = vm["rtol"].as<double>();
+    if (!(rtol >= 0) || !std::isfinite(rtol)) throw BadInput(fmt::format("compare: --rtol {}: a tolerance of 0 or more", rtol));
+    for (const char* which : {"a", "b"})
+      if (!checkpoint::is_checkpoint(vm[which].as<std::string>()))
+        throw BadInput(fmt::format("compare: {}: not a trident checkpoint (trident inspect says what it is)",
+                                   vm[which].as<std::string>()));
+    const auto comparison = checkpoint::compare(vm["a"].as<std::string>(), vm["b"].as<std::string>(), rtol);
+    std::cout << comparison.text;
+    return comparison.differing == 0 ? 0 : 1;
   });
 }
 

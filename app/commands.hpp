@@ -7,6 +7,7 @@ namespace trident::app {
 int train_command(int argc, char** argv);
 int prepare_data_command(int argc, char** argv);
 int inspect_command(int argc, char** argv);
+int compare_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
 int report_command(int argc, char** argv);
 void print_usage(std::FILE* out);

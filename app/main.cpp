@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   if (command == "train") return train_command(argc - 1, argv + 1);
   if (command == "prepare-data") return prepare_data_command(argc - 1, argv + 1);
   if (command == "inspect") return inspect_command(argc - 1, argv + 1);
+  if (command == "compare") return compare_command(argc - 1, argv + 1);
   if (command == "plan") return plan_command(argc - 1, argv + 1);
   if (command == "report") return report_command(argc - 1, argv + 1);
   if (command == "--version" || command == "version") {

@@ -3,7 +3,7 @@
 # (after its temporary file is written, before it is committed). The previous checkpoint and
 # `latest` stay intact, the restart removes the unfinished file and resumes from that previous
 # checkpoint, and the final
-# parameters equal those of a run that was never killed.
+# checkpoint equals that of a run that was never killed, every tensor of it.
 source "$(dirname "$0")/common.sh" "$1" "$2" 2048
 args=(--set data.path=syn.h5 --set run.max_steps=40 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set checkpoint.every_steps=10 --set model.kind=mlp)
@@ -30,12 +30,21 @@ grep -q "resuming from runs/killed/checkpoints/step_0000010.h5" resumed.log || f
 grep -q "removed the unfinished saves an earlier run of this folder left in runs/killed/checkpoints: step_0000020.h5.tmp (" \
   resumed.log || fail "the restart did not remove the unfinished step_0000020.h5.tmp"
 [ -z "$(find runs/killed/checkpoints -name '*.tmp')" ] || fail "temporary files left: $(ls runs/killed/checkpoints)"
-# Every parameter and optimizer state, bit for bit: same layout, so the same blocks, whose stored
-# CRC-32s `trident inspect` lists (after verifying them against the data).
-tensors() { "$trident" inspect "$1" | sed -n '/^\/\(params\|optim\)\//,+1p'; }
-[ -n "$(tensors runs/straight/checkpoints/step_0000040.h5)" ] || fail "inspect lists no tensors"
-diff <(tensors runs/straight/checkpoints/step_0000040.h5) <(tensors runs/killed/checkpoints/step_0000040.h5) \
-  || fail "final parameters differ from the uninterrupted run's"
+# Every tensor of the final checkpoint (parameters, optimizer state, buffers, RNG states) and its
+# training state, bit for bit (trident compare: exit 0 equal, 1 different).
+"$trident" compare runs/straight/checkpoints/step_0000040.h5 runs/killed/checkpoints/step_0000040.h5 >compare.log \
+  || { cat compare.log; fail "the final checkpoint differs from the uninterrupted run's"; }
+tail -1 compare.log
+grep -q "^equal: [0-9]* tensors bit for bit and the training state" compare.log || fail "compare did not say equal"
+# Two different checkpoints (steps 30 and 40 of one run): exit 1, the training state and the
+# tensors that differ named.
+set +e
+"$trident" compare runs/straight/checkpoints/step_0000030.h5 runs/straight/checkpoints/step_0000040.h5 >different.log
+rc=$?
+set -e
+[ "$rc" = 1 ] || { cat different.log; fail "compare of steps 30 and 40: exit $rc, expected 1"; }
+grep -q "^    step: 30 in A, 40 in B" different.log && grep -q "^    /params/head.linear.weight float32 \[4 x 128\]: largest difference" \
+  different.log && grep -q "^DIFFERENT: " different.log || { cat different.log; fail "compare did not name what differs"; }
 # metrics.jsonl holds each step once, as the uninterrupted run logged it (the killed run's record
 # of step 20, after the checkpoint it resumed from, was logged a second time).
 records() { sed 's/"samples_per_s":[^,}]*//' "$1"; }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # signal_resume.sh TRIDENT MPIEXEC: a SIGUSR1 delivered to the ranks of a 2-rank run
 # mid-training (as srun or `scancel --signal=USR1` deliver it to every task) commits a
-# checkpoint and exits 3; `--resume auto` continues from it and ends with the same final loss as
-# a run that was never stopped. (The signal goes to the ranks, not to mpiexec: Hydra forwards a
+# checkpoint and exits 3; `--resume auto` continues from it and ends with the same final loss and
+# final checkpoint (trident compare: every tensor, bit for bit) as a run that was never stopped.
+# (The signal goes to the ranks, not to mpiexec: Hydra forwards a
 # signal it receives, but then reports some ranks' exit codes as 0.) The stopped run also saves
 # every 10 steps in the background, its writer slowed (TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS), so
 # that the signal finds a save in flight: the stop commits that one, then saves its own step. A
@@ -49,6 +50,11 @@ last() { grep '"step":300[,}]' "$1" | grep -o '"loss":[0-9.e+-]*' | sed 's/"loss
 a=$(last runs/straight/metrics.jsonl) b=$(last runs/stopped/metrics.jsonl)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "final loss $b after stop and resume, $a uninterrupted"
 echo "final loss $a both ways"
+same_final_checkpoint() {  # RUN: its step-300 checkpoint is the uninterrupted run's, every tensor and the training state
+  "$trident" compare runs/straight/checkpoints/step_0000300.h5 "runs/$1/checkpoints/step_0000300.h5" >"compare_$1.log" \
+    || { cat "compare_$1.log"; fail "$1: the final checkpoint differs from the uninterrupted run's"; }
+}
+same_final_checkpoint stopped
 
 # A signal during an evaluation of the test split (its 8 chunks slowed to 1.5 s each: 12 s) stops
 # it at its next check for a signal: the epoch's last step is saved and the run exits 3 without
@@ -79,6 +85,7 @@ grep -q "stopped by a signal after step 64;" evaluating.log || fail "the stop wa
   >evaluating_resumed.log 2>&1 || fail "resumed run failed: $(tail -3 evaluating_resumed.log)"
 c=$(last runs/evaluating/metrics.jsonl)
 [ "$c" = "$a" ] || fail "final loss $c after a stop during an evaluation and a resume, $a uninterrupted"
+same_final_checkpoint evaluating
 echo "a signal during an evaluation: exit 3 after $took s, step 64 saved, final loss $c after the resume"
 
 # A signal that comes before MPI_Init (a requeued job preempted again while it starts) is held

@@ -12,8 +12,8 @@ namespace trident::test_support {
 
 // Every dataset of an HDF5 file (path -> its raw bytes as stored) and every dataset
 // attribute (path@name -> raw bytes): parameters, optimizer state, buffers, RNG states and the
-// block checksums. The root's metadata attributes (the deck names the output folder) are not
-// datasets and are left out.
+// block checksums. The root's attributes are not datasets (meta_of reads the training state; the
+// deck, which names the output folder, is left out).
 inline std::map<std::string, std::vector<char>> datasets_of(const std::string& path) {
   std::map<std::string, std::vector<char>> out;
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -59,9 +59,31 @@ inline std::map<std::string, std::vector<char>> datasets_of(const std::string& p
   return out;
 }
 
-// The final checkpoints of two runs hold the same datasets with the same bytes.
+// The root's "meta" attribute: the training state (step, data cursor, optimizer steps, loss
+// scale, the epoch's loss so far) and the layout, as text.
+inline std::string meta_of(const std::string& path) {
+  std::string text;
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return text;
+  if (H5Aexists(file, "meta") > 0) {
+    const hid_t attr = H5Aopen(file, "meta", H5P_DEFAULT);
+    const hid_t type = H5Aget_type(attr);
+    text.resize(H5Tget_size(type));
+    H5Aread(attr, type, text.data());
+    H5Tclose(type);
+    H5Aclose(attr);
+  }
+  H5Fclose(file);
+  return text;
+}
+
+// The final checkpoints of two runs of one layout hold the same datasets with the same bytes, and
+// the same metadata.
 inline void expect_identical_checkpoints(const std::string& a, const std::string& b, const std::string& what) {
   if (world_rank() != 0) return;
+  const std::string meta_a = meta_of(a);
+  EXPECT_NE(meta_a.find("optimizer_steps="), std::string::npos) << what << ": no metadata read from " << a;
+  EXPECT_EQ(meta_a, meta_of(b)) << what << ": the metadata differs between " << a << " and " << b;
   const auto left = datasets_of(a), right = datasets_of(b);
   ASSERT_FALSE(left.empty()) << a;
   std::vector<std::string> names_left, names_right;

@@ -19,18 +19,21 @@ namespace {
 // N steps straight vs k steps, --resume auto, N - k more (inside one epoch): the same losses and
 // epoch train loss, the same parameters in memory, and final checkpoints identical in every
 // dataset (params, optimizer state, batch-norm buffers, every rank's RNG state, checksums).
-void expect_bit_exact_resume(config::Deck deck, const std::string& name) {
-  deck.run.max_steps = 6;
+// `steps` in all, stopped and resumed after `stop_at`.
+void expect_bit_exact_resume(config::Deck deck, const std::string& name, int64_t steps = 6, int64_t stop_at = 3) {
+  deck.run.max_steps = steps;
   const auto straight = run_in(deck, MPI_COMM_WORLD, dir_for(name + "_straight", MPI_COMM_WORLD), "never");
   auto first_part = deck;
-  first_part.run.max_steps = 3;  // ends with a checkpoint at step 3
+  first_part.run.max_steps = stop_at;  // ends with a checkpoint at step stop_at
   const std::string dir = dir_for(name + "_stopped", MPI_COMM_WORLD);
   run_in(first_part, MPI_COMM_WORLD, dir, "never");
   const auto resumed = run_in(deck, MPI_COMM_WORLD, dir, "auto");
-  EXPECT_EQ(resumed.result.first_step, 3);
-  ASSERT_EQ(resumed.result.logged_losses.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_EQ(resumed.result.logged_losses[i], straight.result.logged_losses[i + 3]) << name << " step " << i + 4;
+  EXPECT_EQ(resumed.result.first_step, stop_at);
+  const auto after = static_cast<size_t>(steps - stop_at);
+  ASSERT_EQ(resumed.result.logged_losses.size(), after);
+  for (size_t i = 0; i < after; ++i)
+    EXPECT_EQ(resumed.result.logged_losses[i], straight.result.logged_losses[i + static_cast<size_t>(stop_at)])
+        << name << " step " << static_cast<int64_t>(i) + stop_at + 1;
   // The epoch's train loss (report.json's final.train_loss) is over all six steps, the three
   // before the checkpoint included; summed in another order, so equal up to rounding.
   EXPECT_NEAR(resumed.result.train_loss, straight.result.train_loss, 1e-12 * std::abs(straight.result.train_loss))
@@ -39,13 +42,19 @@ void expect_bit_exact_resume(config::Deck deck, const std::string& name) {
   for (size_t i = 0; i < straight.params.size(); ++i)
     EXPECT_TRUE(torch::equal(resumed.params[i].second, straight.params[i].second))
         << name << ": " << straight.params[i].first << " differs after resume";
-  expect_identical_checkpoints(straight.output_dir + "/checkpoints/step_0000006.h5",
-                               dir + "/checkpoints/step_0000006.h5", name + " (" + deck.model.kind + ")");
+  const std::string last = fmt::format("/checkpoints/step_{:07d}.h5", steps);
+  expect_identical_checkpoints(straight.output_dir + last, dir + last, name + " (" + deck.model.kind + ")");
 }
 
 }  // namespace
 
 TEST(Checkpoint, ResumeIsBitExactDataParallel) { expect_bit_exact_resume(tiny_deck("cnn", "ck_dp"), "ck_dp"); }
+
+// Resumed at step 14 of a 16-step epoch: the resumed run finishes that epoch (its evaluation, its
+// train loss from the checkpoint's partial sum), reshuffles for the next and goes on to step 20.
+TEST(Checkpoint, ResumeIsBitExactAcrossAnEpochEnd) {
+  expect_bit_exact_resume(tiny_deck("cnn", "ck_epoch_end"), "ck_epoch_end", 20, 14);
+}
 
 TEST(Checkpoint, ResumeIsBitExactEveryZeroStage) {
   for (int zero : {1, 2, 3}) {
