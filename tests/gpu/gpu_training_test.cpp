@@ -96,20 +96,24 @@ config::Deck tiny_gpt(const std::string& name) {
 
 }  // namespace
 
-// The same step on the GPU and on the CPU (np 1; SGD, whose update is lr x gradient, so a
-// difference in the gradients shows as it is and cannot flip an Adam sign): the logged loss and
-// every parameter within 1e-5 relative. Bit equality is not expected: cuDNN/cuBLAS sum in other
+// The same step on the GPU and on the CPU (np 1; unclipped SGD, whose update is lr x gradient, so
+// a difference in the gradients shows as it is and cannot flip an Adam sign or hide under the
+// clip): the logged loss, the gradient norm and every parameter within 1e-5 relative. Bit equality is not expected: cuDNN/cuBLAS sum in other
 // orders than the CPU kernels (fp32 rounding, ~1e-7 per operation, through a few layers).
 TEST(Gpu, OneStepOnCudaMatchesTheCpu) {
   if (world_size() != 1) GTEST_SKIP() << "np 1";
   for (auto deck : {tiny_deck("cnn", "gpu_vs_cpu_cnn"), tiny_gpt("gpu_vs_cpu_gpt")}) {
     deck.optim.name = "sgd";
     deck.optim.momentum = 0;
+    deck.optim.clip_grad_norm = 0;
     deck.run.max_steps = 1;
     const auto cpu = run(on(deck, "cpu"), MPI_COMM_WORLD, "cpu");
     const auto gpu = run(on(deck, "cuda"), MPI_COMM_WORLD, "cuda");
     const double cpu_loss = cpu.result.logged_losses.at(0).second, gpu_loss = gpu.result.logged_losses.at(0).second;
     EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * cpu_loss) << deck.model.kind;
+    const double cpu_norm = cpu.result.logged_grad_norms.at(0), gpu_norm = gpu.result.logged_grad_norms.at(0);
+    EXPECT_GT(cpu_norm, 0.0) << deck.model.kind;
+    EXPECT_NEAR(gpu_norm, cpu_norm, 1e-5 * cpu_norm) << deck.model.kind;
     EXPECT_LE(max_relative(gpu.trainer->full_parameters(), cpu.trainer->full_parameters()), 1e-5) << deck.model.kind;
   }
 }

@@ -15,6 +15,7 @@ void expect_dp_equals_one_rank(config::Deck deck) {
   ASSERT_EQ(dp.params.size(), one.params.size());
   const double diff = max_relative_difference(dp, one);
   EXPECT_LE(diff, 1e-5) << "dp=" << world_size() << " vs dp=1, " << deck.model.kind;
+  expect_same_gradient_norms(dp, one, "dp=" + std::to_string(world_size()) + " vs dp=1, " + deck.model.kind);
   // The model really moved: the comparison is not between two untouched initialisations.
   ASSERT_EQ(dp.result.logged_losses.size(), 5u);
   EXPECT_LT(dp.result.logged_losses.back().second, dp.result.logged_losses.front().second);
@@ -39,6 +40,8 @@ TEST(DpEquivalence, MlpSgdWithClippingActive) {
   for (double norm : run.result.logged_grad_norms) EXPECT_GT(norm, deck.optim.clip_grad_norm);
 }
 
+TEST(DpEquivalence, MlpPlainSgd) { expect_dp_equals_one_rank(plain_sgd(tiny_deck("mlp", "mlp_plain_sgd"))); }
+
 TEST(DpEquivalence, SmallBucketsGiveTheSameResult) {
   auto deck = tiny_deck("cnn", "cnn_small_buckets");
   deck.parallel.bucket_mb = 0.001;  // ~1 KB: one bucket per parameter or so, launched during backward
@@ -46,12 +49,16 @@ TEST(DpEquivalence, SmallBucketsGiveTheSameResult) {
 }
 
 TEST(Accumulation, MlpMicroBatchQuarterEqualsWholeBatch) {
-  auto deck = tiny_deck("mlp", "mlp_accumulation");
-  deck.optim.micro_batch = "32";
-  const auto whole = train_on(deck, MPI_COMM_SELF, "micro32");
-  deck.optim.micro_batch = "8";
-  const auto accumulated = train_on(deck, MPI_COMM_SELF, "micro8");
-  EXPECT_LE(max_relative_difference(accumulated, whole), 1e-5);
+  for (const auto& deck_of : {+[] { return tiny_deck("mlp", "mlp_accumulation"); },
+                              +[] { return plain_sgd(tiny_deck("mlp", "mlp_accumulation_sgd")); }}) {
+    auto deck = deck_of();
+    deck.optim.micro_batch = "32";
+    const auto whole = train_on(deck, MPI_COMM_SELF, "micro32");
+    deck.optim.micro_batch = "8";
+    const auto accumulated = train_on(deck, MPI_COMM_SELF, "micro8");
+    EXPECT_LE(max_relative_difference(accumulated, whole), 1e-5) << deck.run.name;
+    expect_same_gradient_norms(accumulated, whole, deck.run.name + ": 4 micro-batches of 8 vs 1 of 32");
+  }
 }
 
 TEST(Determinism, SameSeedSameLossSequence) {

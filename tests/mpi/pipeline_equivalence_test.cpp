@@ -25,6 +25,7 @@ void expect_pipeline_equals_one_rank(config::Deck deck, const std::string& tag) 
   ASSERT_FALSE(piped.params.empty());
   ASSERT_LT(piped.params.size(), one.params.size());  // a stage holds part of the model
   EXPECT_LE(max_relative_difference(piped, one), 1e-5) << tag;
+  expect_same_gradient_norms(piped, one, tag + ": pp 2 vs one rank");
   ASSERT_EQ(piped.result.logged_losses.size(), one.result.logged_losses.size());
   for (size_t i = 0; i < one.result.logged_losses.size(); ++i)
     EXPECT_NEAR(piped.result.logged_losses[i].second, one.result.logged_losses[i].second,
@@ -57,6 +58,18 @@ TEST(PipelineEquivalence, MlpWithClippingAcrossStages) {
   deck.optim.lr = 0.5;
   deck.optim.clip_grad_norm = 0.2;  // the norm is summed over both stages
   expect_pipeline_equals_one_rank(deck, "mlp_clip");
+}
+
+// Unclipped plain SGD under every schedule: the updates are the gradients themselves, so each
+// micro-batch's share of the loss (1 / (micro-batches x dp)) shows in the parameters.
+TEST(PipelineEquivalence, MlpPlainSgdEverySchedule) {
+  for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+    auto deck = plain_sgd(tiny_deck("mlp", "pp_plain_sgd_" + schedule));
+    deck.model.hidden = "31,17,13";
+    deck.parallel.schedule = schedule;
+    deck.parallel.virtual_stages = schedule == "interleaved" ? 2 : 1;
+    expect_pipeline_equals_one_rank(deck, "plain_sgd_" + schedule);
+  }
 }
 
 // An mlp (uneven ZeRO partitions: hidden 31, 17, ...) under `schedule` with each ZeRO stage,

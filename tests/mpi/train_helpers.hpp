@@ -100,4 +100,31 @@ inline double max_relative_difference(const Trained& a, const Trained& b) {
   return worst;
 }
 
+// Every logged gradient norm (before clipping) of `a` equals `b`'s within `tolerance`, relative.
+// The norm shows the gradient's scale, which clipping on every step and Adam's division by its
+// second moment hide from the parameters: a reduce that sums instead of averaging, or
+// micro-steps never divided, change the norms on every layout.
+inline void expect_same_gradient_norms(const Trained& a, const Trained& b, const std::string& what,
+                                       double tolerance = 1e-5) {
+  const auto& x = a.result.logged_grad_norms;
+  const auto& y = b.result.logged_grad_norms;
+  ASSERT_FALSE(y.empty()) << what << ": no gradient norm logged";
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_GT(y[i], 0.0) << what << ": log " << i;
+    EXPECT_NEAR(x[i], y[i], tolerance * y[i]) << what << ": gradient norm of log " << i;
+  }
+}
+
+// Plain SGD (no momentum, no clipping, no weight decay): each update is lr times the gradient,
+// so the parameters themselves show the gradient's scale.
+inline config::Deck plain_sgd(config::Deck deck, double lr = 0.1) {
+  deck.optim.name = "sgd";
+  deck.optim.lr = lr;
+  deck.optim.momentum = 0;
+  deck.optim.clip_grad_norm = 0;
+  deck.optim.weight_decay = 0;
+  return deck;
+}
+
 }  // namespace trident::test_support

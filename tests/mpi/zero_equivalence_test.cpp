@@ -19,6 +19,7 @@ void expect_zero_equals_ddp(config::Deck deck, int zero) {
   const auto sharded = train_on(deck, MPI_COMM_WORLD, "zero" + std::to_string(zero));
   ASSERT_EQ(sharded.params.size(), ddp.params.size());
   EXPECT_LE(max_relative_difference(sharded, ddp), 1e-5) << "zero " << zero << " vs zero 0, " << deck.model.kind;
+  expect_same_gradient_norms(sharded, ddp, "zero " + std::to_string(zero) + " vs zero 0, " + deck.model.kind);
   EXPECT_LT(ddp.result.logged_losses.back().second, ddp.result.logged_losses.front().second);
   EXPECT_NEAR(sharded.result.test_accuracy, ddp.result.test_accuracy, 1e-12);  // evaluation works sharded
   if (zero == 3 && world_rank() == 0) {
@@ -48,6 +49,12 @@ config::Deck hard_deck(const std::string& kind, const std::string& name) {
 TEST(ZeroEquivalence, Stage1) { expect_zero_equals_ddp(hard_deck("cnn", "z1_cnn"), 1); }
 TEST(ZeroEquivalence, Stage2) { expect_zero_equals_ddp(hard_deck("cnn", "z2_cnn"), 2); }
 TEST(ZeroEquivalence, Stage3) { expect_zero_equals_ddp(hard_deck("cnn", "z3_cnn"), 3); }
+TEST(ZeroEquivalence, EveryStageMlpPlainSgd) {
+  for (int zero : {1, 2, 3}) {
+    auto deck = plain_sgd(hard_deck("mlp", "z" + std::to_string(zero) + "_mlp_plain_sgd"));
+    expect_zero_equals_ddp(deck, zero);
+  }
+}
 TEST(ZeroEquivalence, Stage2MlpSgd) {
   auto deck = hard_deck("mlp", "z2_mlp");
   deck.optim.name = "sgd";
