@@ -81,13 +81,21 @@ std::vector<unsigned char> gather_on_node(const World& world, const void* mine, 
 }
 
 std::string first_error(MPI_Comm comm, const std::string& local_error) {
-  int rank = 0;
+  int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  const int mine = local_error.empty() ? INT_MAX : rank;
-  int first = INT_MAX;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  // The lowest failing rank, and how many failed.
+  const int mine = local_error.empty() ? INT_MAX : rank, failing = local_error.empty() ? 0 : 1;
+  int first = INT_MAX, failed = 0;
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == INT_MAX) return "";
-  return broadcast(comm, local_error, first);
+  MPI_CHECK(MPI_Allreduce(&failing, &failed, 1, MPI_INT, MPI_SUM, comm));
+  // Met by some ranks only (a node's own copy of a file, its own disk): which one, so the user
+  // knows where to look. Met by all, the message is the same everywhere and says enough.
+  std::string text = local_error;
+  if (rank == first && failed < size && text.find(who()) == std::string::npos)
+    text += " (met by " + who() + (failed > 1 ? " and others" : "") + ")";
+  return broadcast(comm, text, first);
 }
 
 std::string broadcast(MPI_Comm comm, const std::string& text, int root) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 
 #include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
@@ -50,13 +51,36 @@ std::string check_deck_changes(const config::Deck& deck, const checkpoint::Meta&
                          : "");
 }
 
+// What ranks compare to know they read the same checkpoint file.
+std::string checkpoint_fingerprint(const std::string& path, const checkpoint::Meta& meta) {
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  return fmt::format("step {}, written by {} ranks, optimizer step {}, epoch loss sum {:.17g}, {} bytes", meta.step,
+                     meta.world, meta.optimizer_steps, meta.epoch_loss_sum, ec ? 0 : bytes);
+}
+
 // Restores parameters, optimizer state, buffers and the step from `path`, whatever layout wrote it.
 Restored load_checkpoint(const config::Deck& deck, const Connection& conn, StageParts& st, const std::string& path) {
   Restored restored;
   Stopwatch watch;
   std::string error;
+  std::optional<checkpoint::Reader> opened;
   try {
-    checkpoint::Reader reader(path);
+    opened.emplace(path);
+  } catch (const BadInput& e) {
+    error = e.what();
+  }
+  // Every rank must read the same file: a node's stale copy of the path would train a mix of two
+  // steps' models and fault, if at all, far from the cause.
+  const std::string mine = error.empty() ? checkpoint_fingerprint(path, opened->meta()) : "";
+  const std::string rank0 = comm::broadcast(conn.world.comm, mine);
+  if (error.empty() && !rank0.empty() && mine != rank0)
+    error = fmt::format("checkpoint {}: {} reads a different file than rank 0 (rank 0: {}; here: {}). Every rank must "
+                        "read the same checkpoint: is a node's copy out of date?",
+                        path, who(), rank0, mine);
+  comm::agree_or_throw(conn.world.comm, error);
+  try {
+    const checkpoint::Reader& reader = *opened;
     const auto& meta = reader.meta();
     if (meta.global_batch != deck.optim.global_batch)
       fatal_all(fmt::format("checkpoint {}: written with optim.global_batch = {}; resuming needs the same global "

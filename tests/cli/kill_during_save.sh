@@ -3,7 +3,8 @@
 # (after its temporary file is written, before it is committed). The previous checkpoint and
 # `latest` stay intact, the restart removes the unfinished file and resumes from that previous
 # checkpoint, and the final
-# checkpoint equals that of a run that was never killed, every tensor of it.
+# checkpoint equals that of a run that was never killed, every tensor of it. trident compare tells
+# two checkpoints apart; ranks given different files under one checkpoint path are refused.
 source "$(dirname "$0")/common.sh" "$1" "$2" 2048
 args=(--set data.path=syn.h5 --set run.max_steps=40 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set checkpoint.every_steps=10 --set model.kind=mlp)
@@ -45,6 +46,26 @@ set -e
 [ "$rc" = 1 ] || { cat different.log; fail "compare of steps 30 and 40: exit $rc, expected 1"; }
 grep -q "^    step: 30 in A, 40 in B" different.log && grep -q "^    /params/head.linear.weight float32 \[4 x 128\]: largest difference" \
   different.log && grep -q "^DIFFERENT: " different.log || { cat different.log; fail "compare did not name what differs"; }
+# Ranks that read different files under one checkpoint path (a node's stale copy: an MPMD launch
+# with its own working folder per rank) are refused before training, naming the rank and both
+# files' steps; a copy missing on one node names that rank. Nothing is written.
+mkdir -p node0 node1
+cp runs/straight/checkpoints/step_0000040.h5 node0/ck.h5
+cp runs/straight/checkpoints/step_0000030.h5 node1/ck.h5
+mixed=(train /dev/null "${args[@]}" --set "data.path=$PWD/syn.h5" --set "run.output_dir=$PWD/runs/mixed" --resume ck.h5)
+for case in stale missing; do
+  [ "$case" = missing ] && rm node1/ck.h5
+  set +e
+  "$mpiexec" -n 1 -wdir "$PWD/node0" "$trident" "${mixed[@]}" : -n 1 -wdir "$PWD/node1" "$trident" "${mixed[@]}" >"$case.log" 2>&1
+  rc=$?
+  set -e
+  refused "a $case checkpoint copy on rank 1" "$case.log" "$rc"
+  [ ! -e runs/mixed ] || fail "a $case checkpoint copy: the run wrote runs/mixed"
+done
+grep -q "checkpoint ck.h5: rank 1 on .* reads a different file than rank 0 (rank 0: step 40, .*; here: step 30, " stale.log \
+  || fail "the stale copy is not named"
+grep -q "checkpoint ck.h5: no such file (met by rank 1 on " missing.log || fail "the rank missing the file is not named"
+
 # metrics.jsonl holds each step once, as the uninterrupted run logged it (the killed run's record
 # of step 20, after the checkpoint it resumed from, was logged a second time).
 records() { sed 's/"samples_per_s":[^,}]*//' "$1"; }
