@@ -54,6 +54,34 @@ std::string outermost_missing(const std::string& dir) {
   return missing.string();
 }
 
+// The checkpoints folder a run saves into, when it is there already (a link to scratch, a folder
+// of an earlier run): it must take a new file, and `latest` in it must be a file. Found only at
+// the first save, the run's work so far would be lost, and a requeued job would repeat it. (A
+// folder still to be made goes where the lock file was just written.)
+std::string checkpoints_problem(const std::string& dir) {
+  const fs::path folder = fs::path(dir) / "checkpoints";
+  std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(folder, ec)) && !fs::exists(folder, ec))
+    return fmt::format("run.output_dir {}: its checkpoints folder {} is a link to {}, which does not exist (make it, "
+                       "or remove the link)",
+                       dir, folder.string(), fs::read_symlink(folder, ec).string());
+  if (!fs::is_directory(folder, ec)) return "";  // made at the first save (unusable_entry checks its kind)
+  const auto latest = fs::symlink_status(folder / "latest", ec);
+  if (fs::exists(latest) && latest.type() != fs::file_type::regular)
+    return fmt::format("run.output_dir {}: {} is not a regular file; the run names its newest checkpoint there (move "
+                       "it away)",
+                       dir, (folder / "latest").string());
+  const std::string probe = (folder / fmt::format(".trident-write-test.{}", static_cast<long>(getpid()))).string();
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return fmt::format("run.output_dir {}: cannot write into its checkpoints folder {} ({}); a run there could save "
+                       "nothing: make it writable, or give the run another run.output_dir",
+                       dir, folder.string(), std::strerror(errno));
+  close(fd);
+  unlink(probe.c_str());
+  return "";
+}
+
 // A run writes these names into its folder; one of the wrong kind there (a file where the
 // checkpoints folder goes) would fail only at the first save or the end, after the run's work.
 std::string unusable_entry(const std::string& dir) {
@@ -70,7 +98,7 @@ std::string unusable_entry(const std::string& dir) {
                          dir, name, type == fs::file_type::directory ? "folder" : "regular file",
                          type == fs::file_type::directory ? "checkpoints" : "records");
   }
-  return "";
+  return checkpoints_problem(dir);
 }
 
 }  // namespace

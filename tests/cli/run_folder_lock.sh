@@ -6,6 +6,7 @@
 #  2. Run C is SIGKILLed (every process) in mid-training; run D into its folder starts at once
 #     (the kernel released the lock with C's processes) and resumes from C's checkpoint.
 #  3. A --resume that is refused (another global batch) into a new folder leaves no folder.
+#  4. A checkpoints folder a run could not save into is refused before training.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(/dev/null --set data.path=syn.h5 --set model.kind=mlp --set model.hidden=256,256 --set run.threads=1
       --set data.prefetch=0 --set optim.global_batch=64 --set run.log_every=100 --set checkpoint.every_steps=400
@@ -66,4 +67,31 @@ grep "trident: error" e.log | cut -c1-200
 [ "$rc_e" = 2 ] || fail "refused resume: exit code $rc_e, expected 2"
 grep -q "optim.global_batch = 64" e.log || fail "refused resume: the message does not name the global batch"
 [ ! -e runs/new ] || fail "refused resume: it left $(find runs/new) behind"
+
+# ---- 4. a checkpoints folder a run could not save into is refused before training, not at the
+# first save after the run's work: a link to a folder that is missing, a `latest` that is a
+# folder, a read-only mount (where this machine lets root bind-mount; said when it does not).
+one=("${args[@]}" --set run.max_steps=2)
+expect_refused() {  # FOLDER REGEX
+  set +e
+  "$trident" train "${one[@]}" --set "run.output_dir=$1" >refused.log 2>&1
+  local rc=$?
+  set -e
+  refused "$1" refused.log "$rc"
+  grep -qE "$2" refused.log || fail "$1: the message does not say /$2/"
+  [ ! -e "$1/metrics.jsonl" ] && [ ! -e "$1/.trident-lock" ] || fail "$1: the refused run wrote $(ls -A "$1")"
+}
+mkdir -p runs/dangling runs/latest_folder/checkpoints/latest runs/readonly/checkpoints
+ln -s "$PWD/not_made" runs/dangling/checkpoints
+expect_refused runs/dangling "its checkpoints folder runs/dangling/checkpoints is a link to .*/not_made, which does not exist"
+expect_refused runs/latest_folder "runs/latest_folder/checkpoints/latest is not a regular file"
+if mount --bind runs/readonly/checkpoints runs/readonly/checkpoints 2>/dev/null &&
+   mount -o remount,ro,bind runs/readonly/checkpoints 2>/dev/null; then
+  expect_refused runs/readonly "cannot write into its checkpoints folder runs/readonly/checkpoints \\(Read-only file system\\)"
+  umount runs/readonly/checkpoints
+  echo "checkpoints folder: a dangling link, latest a folder, read-only: each refused before training"
+else
+  umount runs/readonly/checkpoints 2>/dev/null || true
+  echo "checkpoints folder: a dangling link, latest a folder refused; read-only not tried (no bind mount here)"
+fi
 echo PASS
