@@ -136,6 +136,12 @@ std::map<std::string, std::string> parse_lines(const std::string& text) {
 
 std::string step_file(int64_t step) { return fmt::format("step_{:07d}.h5", step); }
 
+// step_<digits>.h5, a name in its folder (no path).
+bool is_step_file_name(const std::string& name) {
+  if (name.size() <= 8 || name.rfind("step_", 0) != 0 || name.compare(name.size() - 3, 3, ".h5") != 0) return false;
+  return std::all_of(name.begin() + 5, name.end() - 3, [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // The step_*.h5 names in `dir`, oldest step first (the zero-padded names sort by step); none when
 // `dir` is not a folder.
 std::vector<std::string> step_files_in(const std::string& dir) {
@@ -927,7 +933,12 @@ std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std
     if (std::ifstream in(dir + "/latest"); in) {
       std::string name;
       std::getline(in, name);
-      if (!name.empty()) listing += dir + "/" + name + "\n";
+      // `latest` names a step file of this folder; anything else (a path into another run's
+      // folder, an edited or damaged file) is passed over for the step files themselves.
+      if (is_step_file_name(name))
+        listing += dir + "/" + name + "\n";
+      else if (!name.empty())
+        listing += "!" + dir + "/latest\n";
     }
     const std::vector<std::string> saved = step_files_in(dir);
     for (auto name = saved.rbegin(); name != saved.rend(); ++name) listing += dir + "/" + *name + "\n";  // newest first
@@ -935,6 +946,10 @@ std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std
   std::istringstream candidates(comm::broadcast(comm, listing));
   std::vector<std::string> tried;  // `latest` names one of the step files too
   for (std::string c; std::getline(candidates, c);) {
+    if (c.front() == '!') {
+      skipped += " (skipped " + c.substr(1) + ": it does not name a step_*.h5 file of its folder)";
+      continue;
+    }
     if (std::find(tried.begin(), tried.end(), c) != tried.end()) continue;
     tried.push_back(c);
     const std::string problem = verify_collective(c, comm);
@@ -980,7 +995,10 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
       std::ifstream in(mode);
       std::string name;
       std::getline(in, name);
-      if (!name.empty()) file = (fs::path(mode).parent_path() / name).string();
+      if (is_step_file_name(name))
+        file = (fs::path(mode).parent_path() / name).string();
+      else  // not a step file of its folder: the folder's newest that verifies, as auto does there
+        folder = fs::path(mode).parent_path().empty() ? "." : fs::path(mode).parent_path().string();
     }
   }
   folder = comm::broadcast(comm, folder);

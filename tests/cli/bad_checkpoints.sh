@@ -109,4 +109,19 @@ expect_bad all_damaged "resume auto: no checkpoint in runs/all_damaged/checkpoin
 [ ! -e runs/all_damaged/metrics.jsonl ] || fail "all_damaged: refused, yet metrics.jsonl was written"
 mkdir -p runs/empty/checkpoints
 expect_bad empty_folder "resume runs/empty: runs/empty/checkpoints holds no checkpoint" --resume runs/empty
+
+# A `latest` that names no step file of its folder (a path into another run's folder, an edited or
+# damaged file) is passed over, said, for the newest step file there that verifies: it resumed
+# from the other run's checkpoint, or echoed the bytes.
+mkdir -p runs/pointer/checkpoints
+cp runs/src/checkpoints/step_0000004.h5 runs/pointer/checkpoints/
+for content in ../../chain/checkpoints/step_0000005.h5 "$(printf '\001\002 not a name')"; do
+  printf '%s\n' "$content" >runs/pointer/checkpoints/latest
+  "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set run.max_steps=5 --set run.output_dir=runs/pointer \
+    >pointer.log 2>&1 || fail "latest '$content': $(tail -3 pointer.log)"
+  grep -q "resuming from runs/pointer/checkpoints/step_0000004.h5 (skipped runs/pointer/checkpoints/latest: it does not name a step_\*.h5 file of its folder)" \
+    pointer.log || fail "latest '$content': $(grep -i resum pointer.log)"
+  rm runs/pointer/checkpoints/step_0000005.h5
+done
+echo "a latest naming no step file of its folder: passed over for step 4"
 echo PASS
