@@ -72,16 +72,25 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
   }
   // Every rank must read the same file: a node's stale copy of the path would train a mix of two
   // steps' models and fault, if at all, far from the cause.
-  const std::string mine = error.empty() ? checkpoint_fingerprint(path, opened->meta()) : "";
-  const std::string rank0 = comm::broadcast(conn.world.comm, mine);
-  if (error.empty() && !rank0.empty() && mine != rank0)
+  const std::string my_file = error.empty() ? checkpoint_fingerprint(path, opened->meta()) : "";
+  const std::string rank0 = comm::broadcast(conn.world.comm, my_file);
+  if (error.empty() && !rank0.empty() && my_file != rank0)
     error = fmt::format("checkpoint {}: {} reads a different file than rank 0 (rank 0: {}; here: {}). Every rank must "
                         "read the same checkpoint: is a node's copy out of date?",
-                        path, who(), rank0, mine);
+                        path, who(), rank0, my_file);
   comm::agree_or_throw(conn.world.comm, error);
   try {
     const checkpoint::Reader& reader = *opened;
     const auto& meta = reader.meta();
+    // Another model first: its batch and step count would only mislead.
+    restored.deck_changes = check_deck_changes(deck, meta, path);
+    try {
+      reader.check_shapes("params", st.plan->placed_parameters());
+      reader.check_shapes("buffers", st.plan->placed_buffers());
+    } catch (const BadInput& e) {  // another model: what the deck changed says how
+      if (restored.deck_changes.empty()) throw;
+      fatal_all(fmt::format("{} ({})", e.what(), restored.deck_changes));
+    }
     if (meta.global_batch != deck.optim.global_batch)
       fatal_all(fmt::format("checkpoint {}: written with optim.global_batch = {}; resuming needs the same global "
                             "batch (its data cursor is sample {}): resume with optim.global_batch = {}, or start "
@@ -91,14 +100,6 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
       fatal_all(fmt::format("checkpoint {}: it is at step {}, beyond this run's {} steps (run.max_steps / "
                             "run.epochs); raise them or start fresh with --resume never", path, meta.step,
                             st.total_steps));
-    restored.deck_changes = check_deck_changes(deck, meta, path);
-    try {
-      reader.check_shapes("params", st.plan->placed_parameters());
-      reader.check_shapes("buffers", st.plan->placed_buffers());
-    } catch (const BadInput& e) {  // another model: what the deck changed says how
-      if (restored.deck_changes.empty()) throw;
-      fatal_all(fmt::format("{} ({})", e.what(), restored.deck_changes));
-    }
     const auto mine = st.plan->stage_parameters_placed(conn.topology->stage());
     const int64_t n = st.flat->numel();
     const auto range = owned_range(conn, st);
