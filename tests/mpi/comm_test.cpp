@@ -119,15 +119,33 @@ TEST(World, RanksNodesAndLocalRanks) {
   EXPECT_EQ(total_local, world.size);  // node sizes add up to the world
 }
 
+// Every rank gets the lowest failing rank's message; met by some ranks only and not by rank 0
+// (a node's own copy of a file), it names that rank; met by all, or by rank 0 alone (most often a
+// check only rank 0 makes), it is as given.
 TEST(World, AgreeOrThrowGivesEveryRankTheLowestFailingRanksMessage) {
   Ranks w;
   EXPECT_NO_THROW(comm::agree_or_throw(MPI_COMM_WORLD, ""));
-  const std::string mine = w.r == w.n - 1 ? "last rank saw a problem" : "";
-  try {
-    comm::agree_or_throw(MPI_COMM_WORLD, mine);
-    FAIL() << "expected BadInput";
-  } catch (const BadInput& e) {
-    EXPECT_STREQ(e.what(), "last rank saw a problem");
+  const auto agreed = [](const std::string& mine) {
+    try {
+      comm::agree_or_throw(MPI_COMM_WORLD, mine);
+    } catch (const BadInput& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "expected BadInput";
+    return std::string();
+  };
+  const std::string last = agreed(w.r == w.n - 1 ? "last rank saw a problem" : "");
+  if (w.n == 1) {
+    EXPECT_EQ(last, "last rank saw a problem");
+  } else {
+    EXPECT_EQ(last.rfind("last rank saw a problem (met by rank " + std::to_string(w.n - 1) + " on ", 0), 0u) << last;
+  }
+  EXPECT_EQ(agreed(w.r == 0 ? "rank 0 saw a problem" : ""), "rank 0 saw a problem");
+  EXPECT_EQ(agreed("every rank saw it"), "every rank saw it");
+  if (w.n > 2) {
+    const std::string some = agreed(w.r >= 1 ? "ranks from 1 saw it" : "");
+    EXPECT_EQ(some.rfind("ranks from 1 saw it (met by rank 1 on ", 0), 0u) << some;
+    EXPECT_NE(some.find(" and others)"), std::string::npos) << some;
   }
 }
 
