@@ -928,6 +928,9 @@ namespace {
 // `skipped` saying why each was passed over. Rank 0 lists the candidates; every rank then checks
 // the same ones, in the same order. Collective.
 std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std::string& skipped) {
+  // One line per candidate, its first character saying what it is: '+' a file to verify, '!' a
+  // `latest` naming no step file (a tag of its own, not a prefix of the path: any path can start
+  // with '!').
   std::string listing;
   if (rank == 0) {
     if (std::ifstream in(dir + "/latest"); in) {
@@ -936,18 +939,20 @@ std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std
       // `latest` names a step file of this folder; anything else (a path into another run's
       // folder, an edited or damaged file) is passed over for the step files themselves.
       if (is_step_file_name(name))
-        listing += dir + "/" + name + "\n";
+        listing += "+" + dir + "/" + name + "\n";
       else if (!name.empty())
         listing += "!" + dir + "/latest\n";
     }
     const std::vector<std::string> saved = step_files_in(dir);
-    for (auto name = saved.rbegin(); name != saved.rend(); ++name) listing += dir + "/" + *name + "\n";  // newest first
+    for (auto name = saved.rbegin(); name != saved.rend(); ++name)  // newest first
+      listing += "+" + dir + "/" + *name + "\n";
   }
   std::istringstream candidates(comm::broadcast(comm, listing));
   std::vector<std::string> tried;  // `latest` names one of the step files too
-  for (std::string c; std::getline(candidates, c);) {
-    if (c.front() == '!') {
-      skipped += " (skipped " + c.substr(1) + ": it does not name a step_*.h5 file of its folder)";
+  for (std::string line; std::getline(candidates, line);) {
+    const std::string c = line.substr(1);
+    if (line.front() == '!') {
+      skipped += " (skipped " + c + ": it does not name a step_*.h5 file of its folder)";
       continue;
     }
     if (std::find(tried.begin(), tried.end(), c) != tried.end()) continue;
