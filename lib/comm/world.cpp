@@ -90,13 +90,13 @@ std::string first_error(MPI_Comm comm, const std::string& local_error) {
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == INT_MAX) return "";
   MPI_CHECK(MPI_Allreduce(&failing, &failed, 1, MPI_INT, MPI_SUM, comm));
-  // Met by some ranks only, not rank 0 (a node's own copy of a file, its own disk): which one, so
-  // the user knows where to look. (Met by all, the message is the same everywhere; met by rank 0
-  // alone, it is most often a check only rank 0 makes.)
+  // Met by some ranks only (a node's own copy of a file, its own disk): which one, so the user
+  // knows where to look. (Met by all, the message is the same everywhere; met by rank 0 alone, it
+  // is most often a check only rank 0 makes.)
   std::string text = local_error;
   std::string me = who();
   if (me.rfind("rank ?", 0) == 0) me = "rank " + std::to_string(rank) + me.substr(6);  // before World::from
-  if (rank == first && first != 0 && failed < size && text.find(me) == std::string::npos)
+  if (rank == first && (first != 0 || failed > 1) && failed < size && text.find(me) == std::string::npos)
     text += " (met by " + me + (failed > 1 ? " and others" : "") + ")";
   return broadcast(comm, text, first);
 }

@@ -119,9 +119,9 @@ TEST(World, RanksNodesAndLocalRanks) {
   EXPECT_EQ(total_local, world.size);  // node sizes add up to the world
 }
 
-// Every rank gets the lowest failing rank's message; met by some ranks only and not by rank 0
-// (a node's own copy of a file), it names that rank; met by all, or by rank 0 alone (most often a
-// check only rank 0 makes), it is as given.
+// Every rank gets the lowest failing rank's message; met by some ranks only (a node's own copy of
+// a file), it names that rank; met by all, or by rank 0 alone (most often a check only rank 0
+// makes), it is as given.
 TEST(World, AgreeOrThrowGivesEveryRankTheLowestFailingRanksMessage) {
   Ranks w;
   EXPECT_NO_THROW(comm::agree_or_throw(MPI_COMM_WORLD, ""));
@@ -146,6 +146,8 @@ TEST(World, AgreeOrThrowGivesEveryRankTheLowestFailingRanksMessage) {
     const std::string some = agreed(w.r >= 1 ? "ranks from 1 saw it" : "");
     EXPECT_EQ(some.rfind("ranks from 1 saw it (met by rank 1 on ", 0), 0u) << some;
     EXPECT_NE(some.find(" and others)"), std::string::npos) << some;
+    const std::string with_rank0 = agreed(w.r != 1 ? "all but rank 1 saw it" : "");
+    EXPECT_EQ(with_rank0.rfind("all but rank 1 saw it (met by rank 0 on ", 0), 0u) << with_rank0;
   }
 }
 
