@@ -124,4 +124,11 @@ for content in ../../chain/checkpoints/step_0000005.h5 "$(printf '\001\002 not a
   rm runs/pointer/checkpoints/step_0000005.h5
 done
 echo "a latest naming no step file of its folder: passed over for step 4"
+# A run folder whose name starts with '!' (the candidates' tag for a bad `latest`) resumes from
+# its own checkpoint.
+mkdir -p '!bang/checkpoints'
+cp runs/src/checkpoints/step_0000004.h5 runs/src/checkpoints/latest '!bang/checkpoints/'
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set run.max_steps=5 --set 'run.output_dir=!bang' \
+  >bang.log 2>&1 || fail "run folder '!bang': $(tail -3 bang.log)"
+grep -q "resuming from !bang/checkpoints/step_0000004.h5$" bang.log || fail "run folder '!bang': $(grep -i resum bang.log)"
 echo PASS
