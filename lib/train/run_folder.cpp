@@ -72,6 +72,7 @@ std::string checkpoints_problem(const std::string& dir) {
                        "it away)",
                        dir, (folder / "latest").string());
   const std::string probe = (folder / fmt::format(".trident-write-test.{}", static_cast<long>(getpid()))).string();
+  unlink(probe.c_str());  // one a run killed here left, under a process id used again (containers)
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     return fmt::format("run.output_dir {}: cannot write into its checkpoints folder {} ({}); a run there could save "

@@ -101,10 +101,13 @@ struct Evaluation {
 };
 
 // Fault injection for the tests: TRIDENT_TEST_SLOW_EVALUATION_MS=N makes each chunk of an
-// evaluation take N ms more (an evaluation long enough for a signal to come during it).
+// evaluation take N ms more (an evaluation long enough for a signal to come during it), and says
+// so, for the test to signal once an evaluation is under way rather than after a guessed delay.
 void slow_evaluation_if_asked() {
   static const char* slow = std::getenv("TRIDENT_TEST_SLOW_EVALUATION_MS");
-  if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(slow)));
+  if (!slow) return;
+  std::fprintf(stderr, "trident: test: an evaluation chunk slowed by %s ms (TRIDENT_TEST_SLOW_EVALUATION_MS)\n", slow);
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(slow)));
 }
 
 // The test split is evaluated in chunks of the training micro-batch, a size the rank is known to

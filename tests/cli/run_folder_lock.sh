@@ -85,6 +85,8 @@ mkdir -p runs/dangling runs/latest_folder/checkpoints/latest runs/readonly/check
 ln -s "$PWD/not_made" runs/dangling/checkpoints
 expect_refused runs/dangling "its checkpoints folder runs/dangling/checkpoints is a link to .*/not_made, which does not exist"
 expect_refused runs/latest_folder "runs/latest_folder/checkpoints/latest is not a regular file"
+# A failure inside leaves the mount: common.sh's trap could not remove the scratch folder under it.
+trap 'umount "$work/runs/readonly/checkpoints" 2>/dev/null || true; rm -rf "$work"' EXIT
 if mount --bind runs/readonly/checkpoints runs/readonly/checkpoints 2>/dev/null &&
    mount -o remount,ro,bind runs/readonly/checkpoints 2>/dev/null; then
   expect_refused runs/readonly "cannot write into its checkpoints folder runs/readonly/checkpoints \\(Read-only file system\\)"

@@ -22,7 +22,7 @@ TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS=300 "$mpiexec" -n 2 "$trident" train /dev/n
   "${args[@]}" --set "run.name=$marker" >stopped.log 2>&1 &
 launcher=$!
 for _ in $(seq 300); do grep -q "step 20/300" stopped.log 2>/dev/null && break; sleep 0.1; done
-pkill -USR1 -f "^$trident train .*run.name=$marker"  # the ranks, not mpiexec
+pkill -USR1 -f "^$trident train .*run.name=$marker" || fail "no rank to signal: $(tail -3 stopped.log)"  # the ranks, not mpiexec
 set +e
 wait "$launcher"
 rc=$?
@@ -61,13 +61,13 @@ same_final_checkpoint stopped
 # the evaluation, seconds later rather than after it and the next step. The resumed run ends as the
 # uninterrupted one.
 marker=evaluating_$$
-TRIDENT_TEST_SLOW_EVALUATION_MS=1500 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/evaluating \
+TRIDENT_TEST_SLOW_EVALUATION_MS=3000 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/evaluating \
   "${args[@]}" --set "run.name=$marker" >evaluating.log 2>&1 &
 launcher=$!
-for _ in $(seq 300); do grep -q "step 60/300" evaluating.log 2>/dev/null && break; sleep 0.1; done
-sleep 2  # steps 61-64 (milliseconds each), then the first epoch's evaluation
+# Signalled once the first epoch's evaluation (8 chunks of 3 s or more) is under way.
+for _ in $(seq 600); do grep -q "an evaluation chunk slowed" evaluating.log 2>/dev/null && break; sleep 0.1; done
 signalled=$(date +%s)
-pkill -USR1 -f "^$trident train .*run.name=$marker"
+pkill -USR1 -f "^$trident train .*run.name=$marker" || fail "no rank to signal: $(tail -3 evaluating.log)"
 set +e
 wait "$launcher"
 rc=$?
@@ -79,7 +79,7 @@ grep -q "epoch 1/5: its evaluation of the test split is left unfinished for a st
   || fail "no word of the evaluation left unfinished"
 ! grep -q "epoch 1/5 done" evaluating.log || fail "the evaluation was finished before the stop"
 grep -q "stopped by a signal after step 64;" evaluating.log || fail "the stop was not at the epoch's last step, 64"
-[ "$took" -le 6 ] || fail "the stop took $took s after the signal: the 12 s evaluation was waited for"
+[ "$took" -le 12 ] || fail "the stop took $took s after the signal: the 24 s evaluation was waited for"
 [ "$(cat runs/evaluating/checkpoints/latest)" = step_0000064.h5 ] || fail "latest does not name step 64"
 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/evaluating "${args[@]}" --resume auto \
   >evaluating_resumed.log 2>&1 || fail "resumed run failed: $(tail -3 evaluating_resumed.log)"
