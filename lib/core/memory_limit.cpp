@@ -141,6 +141,11 @@ int64_t resident_anonymous_bytes(const std::string& root) {
   return kib_line(lines_of(root + "/proc/self/status"), "RssAnon");
 }
 
+int64_t resident_shared_bytes(const std::string& root) {
+  const std::vector<std::string> status = lines_of(root + "/proc/self/status");
+  return kib_line(status, "RssFile") + kib_line(status, "RssShmem");
+}
+
 MemoryLimit host_memory_limit(const std::string& root) {
   MemoryLimit best;
   const std::vector<std::string> meminfo = lines_of(root + "/proc/meminfo");

@@ -11,6 +11,7 @@
 #include "core/memory_limit.hpp"
 #include "model/layer_timing.hpp"
 #include "model/model.hpp"
+#include "train/host_memory_budget.hpp"
 #include "train/memory_check.hpp"
 #include "train/plan_text.hpp"
 #include "train/step.hpp"
@@ -156,7 +157,16 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   model::LayerStack whole{nullptr};
   std::vector<model::LayerInfo> layers;
   if (deck.parallel.pp == 1) {
-    whole = agreed(conn, [&] { return model::build(deck, input); });
+    {
+      // The ranks of a node build the whole model at once: a build past their memory limit is
+      // refused as it goes, each rank within its share, naming the keys, instead of an OOM kill
+      // before the memory check below (which counts the built model) could speak.
+      const HostShare share = host_memory_share(deck, conn);
+      const HostMemoryBudget budget(share.bytes, share.ranks,
+                                    share.text + "; at parallel.pp = 1 every rank builds the whole model, a pipeline "
+                                                 "(parallel.pp) builds a stage of it on each");
+      whole = agreed(conn, [&] { return model::build(deck, input); });
+    }
     layers = model::describe_layers(whole, input);
   } else {
     layers = agreed(conn, [&] { return model::describe_model(deck, input); });

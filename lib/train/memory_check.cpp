@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <type_traits>
@@ -52,7 +53,28 @@ uint64_t id_of(const std::string& key) {
   return hash;
 }
 
+// "the node's 62.80 GiB (/proc/meminfo MemTotal)", "the 640.00 MiB its cgroup allows (/sys/...)".
+std::string host_limit_text(const MemoryLimit& limit) {
+  return limit.key == "MemTotal" ? fmt::format("the node's {} ({})", size_text(limit.bytes), limit.source)
+                                 : fmt::format("the {} its cgroup allows ({})", size_text(limit.bytes), limit.source);
+}
+
 }  // namespace
+
+HostShare host_memory_share(const config::Deck& deck, const Connection& conn) {
+  if (!deck.run.check_memory) return {};  // the same deck on every rank: all skip the collective alike
+  const MemoryLimit limit = host_memory_limit();
+  const uint64_t mine = limit.bytes > 0 ? id_of(limit.key) : 0;
+  const std::vector<unsigned char> gathered = comm::gather_on_node(conn.world, &mine, sizeof mine);
+  std::vector<uint64_t> ids(static_cast<size_t>(conn.world.local_size));
+  std::memcpy(ids.data(), gathered.data(), gathered.size());
+  if (limit.bytes <= 0) return {};
+  const auto sharing = static_cast<int>(std::count(ids.begin(), ids.end(), mine));
+  const int64_t share = limit.bytes / sharing;
+  return {share, sharing, sharing == 1 ? host_limit_text(limit)
+                              : fmt::format("{}, its share (1 of {} ranks on {}) of {}", size_text(share), sharing,
+                                            conn.world.host, host_limit_text(limit))};
+}
 
 std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self, int zero, const std::string& host,
                              const std::string& limit_text, const std::string& needs_text) {
@@ -120,8 +142,7 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
     const MemoryLimit limit = host_memory_limit();
     mine.limit_id = id_of(limit.key);
     mine.limit_bytes = limit.bytes;
-    limit_text = limit.key == "MemTotal" ? fmt::format("the node's {} ({})", size_text(limit.bytes), limit.source)
-                                         : fmt::format("the {} its cgroup allows ({})", size_text(limit.bytes), limit.source);
+    limit_text = host_limit_text(limit);
     needs_text = state_text;
     mine.held_bytes = resident_anonymous_bytes();
   }

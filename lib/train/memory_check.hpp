@@ -42,6 +42,17 @@ struct MemoryClaim {
 std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self, int zero, const std::string& host,
                              const std::string& limit_text, const std::string& needs_text);
 
+// What a rank may hold while every rank of its node builds the same thing at once (the whole
+// model at pp = 1): its share of the host memory limit it lives under (limit / the ranks of the
+// node under it), and the text that says so. {0, ""} when run.check_memory is false or no limit
+// can be read. Collective over the node's ranks.
+struct HostShare {
+  int64_t bytes = 0;
+  int ranks = 1;  // the node's ranks under the same limit
+  std::string text;
+};
+HostShare host_memory_share(const config::Deck& deck, const Connection& conn);
+
 // The check, collective over the run: each rank's claim on its host memory limit (CPU runs) or
 // its GPU's memory (CUDA runs), gathered per node. BadInput with the lowest failing rank's message.
 void check_memory_fits(const config::Deck& deck, const Connection& conn, const parallel::Plan& plan);

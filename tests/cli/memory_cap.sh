@@ -2,7 +2,8 @@
 # memory_cap.sh TRIDENT MPIEXEC: ranks under a cgroup memory limit, as SLURM's task/cgroup plugin
 # confines a job step, are told before training that the model state cannot fit (exit 2, one
 # message with the figures, the cgroup's limit file and the ZeRO stages that would fit, nothing
-# written, no OOM kill), and the stage it offers trains under the same caps. Needs root and a writable cgroup
+# written, no OOM kill), that a whole model (pp = 1) the ranks cannot even build is refused while
+# they build it, and the stage it offers trains under the same caps. Needs root and a writable cgroup
 # memory controller (v1 or v2); without one it says so and is skipped (exit 77).
 source "$(dirname "$0")/common.sh" "$1" "$2" 64
 # On failure, the end of each run's log too (the caps sit close to what the runs need).
@@ -51,20 +52,30 @@ args=(/dev/null --set data.path=tokens.h5 --set model.kind=gpt --set model.d_mod
 confine='d=$1; [ "$2" = each ] && d=${d}_${PMI_RANK:-0}; echo $$ >"$d/cgroup.procs"; shift 2; exec "$@"'
 make_group() { mkdir -p "$1" && echo $(($2 * 1048576)) >"$1/$limit_file" && groups+=("$1"); }
 
-# ---- 1. two ranks in one cgroup of 640 MiB (a job step): their needs add up; no ZeRO stage fits
+# ---- 1. two ranks in one cgroup of 640 MiB (a job step)
 shared=$cgroup_root/trident_test_shared_$$
 make_group "$shared" 640
-set +e
-"$mpiexec" -n 2 bash -c "$confine" _ "$shared" one "$trident" train "${args[@]}" --set model.layers=4 \
-  --set run.output_dir=runs/one >one.log 2>&1
-rc=$?
-set -e
-refused "shared cgroup" one.log "$rc"
+refused_in_shared() {  # LAYERS NAME: refused (exit 2, one message), no OOM kill, nothing written
+  set +e
+  "$mpiexec" -n 2 bash -c "$confine" _ "$shared" one "$trident" train "${args[@]}" --set model.layers="$1" \
+    --set run.output_dir="runs/$2" >"$2.log" 2>&1
+  local rc=$?
+  set -e
+  refused "shared cgroup, $2" "$2.log" "$rc"
+  [ "$(oom_kills "$shared")" = 0 ] || fail "shared cgroup, $2: a rank was OOM-killed"
+  [ ! -e "runs/$2" ] || fail "shared cgroup, $2: the refused run left runs/$2 behind"
+}
+# 4 blocks: their needs add up; no ZeRO stage fits
+refused_in_shared 4 one
 grep -Eq "the model does not fit in memory: ranks 0, 1 on $(hostname) need at least 1.52 GiB together for the fp32 model state \(parameters, gradients, adamw state of model.kind = gpt\) at parallel.zero = 0, more than the 640.00 MiB its cgroup allows \($shared/$limit_file\)" one.log \
   || fail "shared cgroup: the message does not give both ranks, the figures and the limit file"
 grep -q "No ZeRO stage fits it on these ranks" one.log || fail "shared cgroup: ZeRO-3 at dp 2 (777.84 MiB together) was offered"
-[ "$(oom_kills "$shared")" = 0 ] || fail "shared cgroup: a rank was OOM-killed"
-[ -e runs/one ] && fail "shared cgroup: the refused run left runs/one behind"
+# 6 blocks: each rank builds the whole model first (290.56 MiB of parameters at pp = 1), which
+# together pass the cgroup before the check above could speak: each rank's build is held to its
+# share (320 MiB) and refused as it goes, not OOM-killed (it was)
+refused_in_shared 6 whole
+grep -Eq "the model \(model.vocab = 256 \(the dataset's\), model.d_model = 1024, model.layers = 6\) is too large to build: layer [0-9]+ could not be allocated on rank [01] on $(hostname) \([0-9.]+ MiB more would take the [0-9.]+ MiB this process holds past 320.00 MiB, its share \(1 of 2 ranks on $(hostname)\) of the 640.00 MiB its cgroup allows \($shared/$limit_file\); at parallel.pp = 1 every rank builds the whole model" whole.log \
+  || fail "shared cgroup, whole model: the message does not give the keys, the share and the limit"
 
 # ---- 2. a cgroup of 1100 MiB per rank (per-task limits): zero 0 is refused, and of the stages whose
 # model state is below the cap (12, 10, 8 bytes a parameter at dp 2: 871.7, 726.4, 581.1 MiB) zero 3

@@ -1,7 +1,9 @@
 // The memory a rank may use (core/memory_limit) read from imitations of /proc and /sys/fs/cgroup
-// as SLURM's cgroup plugin (v1 and v2) and a container lay them out, and the verdict on ranks
-// that share a limit (train/memory_check).
+// as SLURM's cgroup plugin (v1 and v2) and a container lay them out, the verdict on ranks that
+// share a limit (train/memory_check), and the budget host allocations are checked against while
+// the model is built (train/host_memory_budget).
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <sys/stat.h>
 
@@ -9,6 +11,7 @@
 
 #include "core/memory_limit.hpp"
 #include "scratch_folder.hpp"
+#include "train/host_memory_budget.hpp"
 #include "train/memory_check.hpp"
 
 namespace {
@@ -129,9 +132,11 @@ TEST_F(HostMemoryLimitTest, TheNodesMemoryWhenNoCgroupLimitIsLower) {
   EXPECT_EQ(limit.source, "/proc/meminfo MemTotal");
 }
 
-TEST_F(HostMemoryLimitTest, PrivateResidentMemoryIsRssAnon) {
-  write("/proc/self/status", "Name:\ttrident\nVmRSS:\t  500000 kB\nRssAnon:\t  300000 kB\nRssFile:\t 200000 kB\n");
+TEST_F(HostMemoryLimitTest, PrivateResidentMemoryIsRssAnonSharedIsRssFileAndRssShmem) {
+  write("/proc/self/status",
+        "Name:\ttrident\nVmRSS:\t  501000 kB\nRssAnon:\t  300000 kB\nRssFile:\t 200000 kB\nRssShmem:\t    1000 kB\n");
   EXPECT_EQ(trident::resident_anonymous_bytes(root()), 300000LL * 1024);
+  EXPECT_EQ(trident::resident_shared_bytes(root()), 201000LL * 1024);
   EXPECT_EQ(trident::resident_anonymous_bytes(root() + "/none"), 0);
 }
 
@@ -223,3 +228,30 @@ TEST(MemoryShortfall, RankRunsAreShortened) {
 }
 
 }  // namespace
+
+// A host allocation that would take the process past its budget is refused with the sizes; one
+// within it, smaller ones, and any allocation once the budget is gone are granted.
+TEST(HostMemoryBudget, AnAllocationPastTheBudgetThrowsAndTheAllocatorIsGivenBack) {
+  using trident::train::HostMemoryBudget;
+  using trident::train::HostMemoryExceeded;
+  const int64_t held = trident::resident_anonymous_bytes() + trident::resident_shared_bytes();
+  ASSERT_GT(held, 0);
+  {
+    const HostMemoryBudget budget(held + 64 * kMiB, 1, "BUDGET");
+    EXPECT_NO_THROW(torch::ones({8 * kMiB / 4}));  // 8 MiB, touched: within the budget
+    try {
+      (void)torch::empty({256 * kMiB / 4});
+      ADD_FAILURE() << "256 MiB past a budget 64 MiB above what the process held was granted";
+    } catch (const HostMemoryExceeded& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("256.00 MiB more would take the ", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(" this process holds past BUDGET"), std::string::npos) << e.what();
+    }
+    // What the model's build reports as an allocation failure: a std::bad_alloc.
+    EXPECT_THROW((void)torch::empty({256 * kMiB / 4}), std::bad_alloc);
+    {
+      const HostMemoryBudget none(0, 1, "");  // no budget: nothing checked, and the outer one is kept
+    }
+    EXPECT_THROW((void)torch::empty({256 * kMiB / 4}), HostMemoryExceeded);
+  }
+  EXPECT_NO_THROW((void)torch::empty({256 * kMiB / 4}));  // untouched: no resident memory
+}

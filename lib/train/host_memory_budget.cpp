@@ -1,0 +1,80 @@
+#include "train/host_memory_budget.hpp"
+
+#include <c10/core/Allocator.h>
+#include <fmt/format.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/memory_limit.hpp"
+#include "train/plan_text.hpp"
+
+namespace trident::train {
+
+namespace {
+
+// Smaller allocations (biases, LayerNorm weights) are not checked: each check reads
+// /proc/self/status, and together they are a sliver of a layer.
+constexpr size_t kCheckedFrom = size_t{64} << 10;
+// SetAllocator replaces the allocator only at a priority at least the current one's (0 for the
+// default CPU allocator); the highest takes it whatever registered it, and gives it back.
+constexpr uint8_t kPriority = UINT8_MAX;
+
+}  // namespace
+
+// Wraps the host allocator in place: the checked allocation, then the same allocator's memory.
+struct HostMemoryBudget::Guard final : c10::Allocator {
+  Guard(c10::Allocator* inner, int64_t budget, int shared_among, std::string text)
+      : inner(inner), budget(budget), shared_among(std::max(shared_among, 1)), text(std::move(text)) {}
+
+  // This process's own resident memory and its part of the pages it shares with the others.
+  int64_t held() const { return resident_anonymous_bytes() + resident_shared_bytes() / shared_among; }
+
+  void check(size_t n) const {
+    if (n < kCheckedFrom) return;
+    const auto wanted = static_cast<int64_t>(n);
+    if (held() + wanted <= budget) return;
+    // Blocks freed into malloc's heap stay resident until handed back, and would be used again.
+    release_free_heap();
+    const int64_t now = held();
+    if (resident_anonymous_bytes() == 0 || now + wanted <= budget) return;  // 0: /proc unreadable
+    throw HostMemoryExceeded(fmt::format("{} more would take the {} this process holds past {}", size_text(wanted),
+                                         size_text(now), text));
+  }
+
+  // LibTorch 2.x (2.11 is built here) made allocate non-const and added copy_data and
+  // is_simple_data_ptr; 1.13 has the const allocate only.
+#if TORCH_VERSION_MAJOR >= 2
+  c10::DataPtr allocate(size_t n) override {
+    check(n);
+    return inner->allocate(n);
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { inner->copy_data(dest, src, count); }
+  bool is_simple_data_ptr(const c10::DataPtr& data_ptr) const override { return inner->is_simple_data_ptr(data_ptr); }
+#else
+  c10::DataPtr allocate(size_t n) const override {
+    check(n);
+    return inner->allocate(n);
+  }
+#endif
+  c10::DeleterFnPtr raw_deleter() const override { return inner->raw_deleter(); }
+
+  c10::Allocator* inner;
+  int64_t budget;
+  int shared_among;
+  std::string text;
+};
+
+HostMemoryBudget::HostMemoryBudget(int64_t budget_bytes, int shared_among, std::string budget_text) {
+  if (budget_bytes <= 0) return;
+  guard_ = std::make_unique<Guard>(c10::GetAllocator(c10::DeviceType::CPU), budget_bytes, shared_among,
+                                   std::move(budget_text));
+  c10::SetAllocator(c10::DeviceType::CPU, guard_.get(), kPriority);
+}
+
+HostMemoryBudget::~HostMemoryBudget() {
+  if (guard_) c10::SetAllocator(c10::DeviceType::CPU, guard_->inner, kPriority);
+}
+
+}  // namespace trident::train
