@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -99,6 +101,30 @@ std::string first_error(MPI_Comm comm, const std::string& local_error) {
   if (rank == first && (first != 0 || failed > 1) && failed < size && text.find(me) == std::string::npos)
     text += " (met by " + me + (failed > 1 ? " and others" : "") + ")";
   return broadcast(comm, text, first);
+}
+
+std::string differs_from_most(MPI_Comm comm, const std::string& mine, const std::string& what) {
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  // Ranks compare FNV-1a hashes, made odd so that none is 0, which stands for nothing read.
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : mine) hash = (hash ^ c) * 1099511628211ull;
+  const uint64_t own = mine.empty() ? 0 : hash | 1;
+  std::vector<uint64_t> all(static_cast<size_t>(size));
+  MPI_CHECK(MPI_Allgather(&own, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm));
+  const auto holders = [&](int r) {
+    const uint64_t h = all[static_cast<size_t>(r)];
+    return h == 0 ? 0 : static_cast<int>(std::count(all.begin(), all.end(), h));
+  };
+  int reference = 0, most = holders(0);
+  for (int r = 1; r < size; ++r)
+    if (holders(r) > most) reference = r, most = holders(r);
+  const std::string theirs = broadcast(comm, mine, reference);
+  if (mine.empty() || theirs.empty() || mine == theirs) return "";
+  const int more = most - 1;
+  return who() + " reads a different " + what + " than rank " + std::to_string(reference) +
+         (more > 0 ? " and " + std::to_string(more) + " more rank" + (more > 1 ? "s" : "") : "") + " (rank " +
+         std::to_string(reference) + ": " + theirs + "; here: " + mine + ")";
 }
 
 std::string broadcast(MPI_Comm comm, const std::string& text, int root) {

@@ -44,4 +44,11 @@ std::string broadcast(MPI_Comm comm, const std::string& text, int root = 0);
 // The same agreement without the throw: "" when no rank has an error. Collective.
 std::string first_error(MPI_Comm comm, const std::string& local_error);
 
+// Where every rank must read the same file (`mine`: what this rank read of it, "" for nothing):
+// "" when this rank's is what most ranks read, else "<who> reads a different <what> than rank 1
+// and 2 more ranks (rank 1: theirs; here: mine)". The reference is rank 0's unless more ranks
+// read something else (then the lowest of them), so that a stale copy on rank 0's node is named,
+// not every rank that agrees with the others. Collective.
+std::string differs_from_most(MPI_Comm comm, const std::string& mine, const std::string& what);
+
 }  // namespace trident::comm

@@ -65,11 +65,10 @@ void open_dataset(const config::Deck& deck, const Connection& conn, StageParts& 
   // Every rank must read the same data: per-node copies staged differently would train on a mix
   // of them and fault, if at all, far from the cause.
   const std::string mine = error.empty() ? dataset_fingerprint(deck.data.path, *st.train_split, *st.test_split) : "";
-  const std::string rank0 = comm::broadcast(conn.world.comm, mine);
-  if (error.empty() && !rank0.empty() && mine != rank0)
-    error = fmt::format("data.path {}: {} reads a different dataset than rank 0 (rank 0: {}; here: {}). Every rank must "
-                        "read the same file: is a node's copy out of date?",
-                        deck.data.path, who(), rank0, mine);
+  const std::string differs = comm::differs_from_most(conn.world.comm, mine, "dataset");
+  if (error.empty() && !differs.empty())
+    error = fmt::format("data.path {}: {}. Every rank must read the same file: is a node's copy out of date?",
+                        deck.data.path, differs);
   comm::agree_or_throw(conn.world.comm, error);
 }
 

@@ -73,11 +73,10 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
   // Every rank must read the same file: a node's stale copy of the path would train a mix of two
   // steps' models and fault, if at all, far from the cause.
   const std::string my_file = error.empty() ? checkpoint_fingerprint(path, opened->meta()) : "";
-  const std::string rank0 = comm::broadcast(conn.world.comm, my_file);
-  if (error.empty() && !rank0.empty() && my_file != rank0)
-    error = fmt::format("checkpoint {}: {} reads a different file than rank 0 (rank 0: {}; here: {}). Every rank must "
-                        "read the same checkpoint: is a node's copy out of date?",
-                        path, who(), rank0, my_file);
+  const std::string differs = comm::differs_from_most(conn.world.comm, my_file, "file");
+  if (error.empty() && !differs.empty())
+    error = fmt::format("checkpoint {}: {}. Every rank must read the same checkpoint: is a node's copy out of date?",
+                        path, differs);
   comm::agree_or_throw(conn.world.comm, error);
   try {
     const checkpoint::Reader& reader = *opened;

@@ -151,6 +151,43 @@ TEST(World, AgreeOrThrowGivesEveryRankTheLowestFailingRanksMessage) {
   }
 }
 
+// Ranks that must read the same file compare with what most of them read: the odd one out is
+// named, rank 0 included; a tie goes to rank 0's; a rank that read nothing ("") does not count.
+TEST(World, DiffersFromMostNamesTheOddOneOut) {
+  Ranks w;
+  EXPECT_EQ(comm::differs_from_most(MPI_COMM_WORLD, "A", "file"), "");
+  EXPECT_EQ(comm::differs_from_most(MPI_COMM_WORLD, w.r == 0 ? "" : "A", "file"), "");
+  if (w.n == 1) return;
+  // The last rank alone differs: named against rank 0 and the others.
+  const std::string last = comm::differs_from_most(MPI_COMM_WORLD, w.r == w.n - 1 ? "B" : "A", "file");
+  if (w.r == w.n - 1) {
+    const std::string others = w.n == 2 ? "" : " and " + std::to_string(w.n - 2) + " more rank" + (w.n > 3 ? "s" : "");
+    EXPECT_EQ(last.rfind("rank " + std::to_string(w.r) + " on ", 0), 0u) << last;
+    EXPECT_NE(last.find(" reads a different file than rank 0" + others + " (rank 0: A; here: B)"), std::string::npos)
+        << last;
+  } else {
+    EXPECT_EQ(last, "");
+  }
+  if (w.n < 3) return;
+  // Rank 0 alone differs: it is the one named, against rank 1 and the rest.
+  const std::string first = comm::differs_from_most(MPI_COMM_WORLD, w.r == 0 ? "B" : "A", "file");
+  if (w.r == 0) {
+    EXPECT_NE(first.find(" reads a different file than rank 1 and " + std::to_string(w.n - 2) + " more rank"),
+              std::string::npos)
+        << first;
+    EXPECT_NE(first.find("(rank 1: A; here: B)"), std::string::npos) << first;
+  } else {
+    EXPECT_EQ(first, "");
+  }
+  if (w.n != 4) return;
+  // Two against two: rank 0's half is the reference.
+  const std::string tie = comm::differs_from_most(MPI_COMM_WORLD, w.r < 2 ? "A" : "B", "file");
+  if (w.r < 2)
+    EXPECT_EQ(tie, "");
+  else
+    EXPECT_NE(tie.find("than rank 0 and 1 more rank (rank 0: A; here: B)"), std::string::npos) << tie;
+}
+
 TEST(Topology, StageMajorMapping) {
   Ranks w;
   for (int pp : {1, 2}) {
