@@ -950,6 +950,7 @@ std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std
   std::istringstream candidates(comm::broadcast(comm, listing));
   std::vector<std::string> tried;  // `latest` names one of the step files too
   for (std::string line; std::getline(candidates, line);) {
+    if (line.empty()) continue;  // a folder name with a newline in it cut a line
     const std::string c = line.substr(1);
     if (line.front() == '!') {
       skipped += " (skipped " + c + ": it does not name a step_*.h5 file of its folder)";

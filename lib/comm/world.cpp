@@ -112,9 +112,12 @@ std::string differs_from_most(MPI_Comm comm, const std::string& mine, const std:
   const uint64_t own = mine.empty() ? 0 : hash | 1;
   std::vector<uint64_t> all(static_cast<size_t>(size));
   MPI_CHECK(MPI_Allgather(&own, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm));
+  std::vector<uint64_t> sorted = all;  // counted by binary search: thousands of ranks do it at once
+  std::sort(sorted.begin(), sorted.end());
   const auto holders = [&](int r) {
     const uint64_t h = all[static_cast<size_t>(r)];
-    return h == 0 ? 0 : static_cast<int>(std::count(all.begin(), all.end(), h));
+    const auto [first, last] = std::equal_range(sorted.begin(), sorted.end(), h);
+    return h == 0 ? 0 : static_cast<int>(last - first);
   };
   int reference = 0, most = holders(0);
   for (int r = 1; r < size; ++r)

@@ -10,7 +10,6 @@
 // cgroup charges once: an OOM kill came with 317 MB of anonymous memory under a 320 MiB cap).
 // Torch-free.
 #include <cstdint>
-#include <memory>
 #include <new>
 #include <string>
 
@@ -33,13 +32,15 @@ class HostMemoryBudget {
   // charged once to the limit the budget is a share of. `budget_text` says what the budget is
   // ("128.00 MiB, its share of ..."), for the message.
   HostMemoryBudget(int64_t budget_bytes, int shared_among, std::string budget_text);
-  ~HostMemoryBudget();  // LibTorch's host allocator is the one before it again
+  // LibTorch's host allocator is the one before it again. (The checking allocator itself is kept,
+  // disarmed, for good: the tensors made meanwhile keep it as their storage's allocator.)
+  ~HostMemoryBudget();
   HostMemoryBudget(const HostMemoryBudget&) = delete;
   HostMemoryBudget& operator=(const HostMemoryBudget&) = delete;
 
  private:
   struct Guard;
-  std::unique_ptr<Guard> guard_;
+  Guard* guard_ = nullptr;  // never deleted (see the destructor)
 };
 
 }  // namespace trident::train

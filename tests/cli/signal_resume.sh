@@ -66,6 +66,7 @@ TRIDENT_TEST_SLOW_EVALUATION_MS=3000 "$mpiexec" -n 2 "$trident" train /dev/null 
 launcher=$!
 # Signalled once the first epoch's evaluation (8 chunks of 3 s or more) is under way.
 for _ in $(seq 600); do grep -q "an evaluation chunk slowed" evaluating.log 2>/dev/null && break; sleep 0.1; done
+grep -q "an evaluation chunk slowed" evaluating.log || fail "no evaluation started within 60 s: $(tail -3 evaluating.log)"
 signalled=$(date +%s)
 pkill -USR1 -f "^$trident train .*run.name=$marker" || fail "no rank to signal: $(tail -3 evaluating.log)"
 set +e

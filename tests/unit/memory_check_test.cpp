@@ -236,9 +236,10 @@ TEST(HostMemoryBudget, AnAllocationPastTheBudgetThrowsAndTheAllocatorIsGivenBack
   using trident::train::HostMemoryExceeded;
   const int64_t held = trident::resident_anonymous_bytes() + trident::resident_shared_bytes();
   ASSERT_GT(held, 0);
+  at::Tensor made_under_budget;
   {
     const HostMemoryBudget budget(held + 64 * kMiB, 1, "BUDGET");
-    EXPECT_NO_THROW(torch::ones({8 * kMiB / 4}));  // 8 MiB, touched: within the budget
+    EXPECT_NO_THROW(made_under_budget = torch::ones({8 * kMiB / 4}));  // 8 MiB, touched: within the budget
     try {
       (void)torch::empty({256 * kMiB / 4});
       ADD_FAILURE() << "256 MiB past a budget 64 MiB above what the process held was granted";
@@ -254,4 +255,6 @@ TEST(HostMemoryBudget, AnAllocationPastTheBudgetThrowsAndTheAllocatorIsGivenBack
     EXPECT_THROW((void)torch::empty({256 * kMiB / 4}), HostMemoryExceeded);
   }
   EXPECT_NO_THROW((void)torch::empty({256 * kMiB / 4}));  // untouched: no resident memory
+  // A storage made under the budget keeps its allocator for a resize: still there, and disarmed.
+  EXPECT_NO_THROW(made_under_budget.resize_({256 * kMiB / 4}));
 }
