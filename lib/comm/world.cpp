@@ -103,13 +103,17 @@ std::string first_error(MPI_Comm comm, const std::string& local_error) {
   return broadcast(comm, text, first);
 }
 
+uint64_t fingerprint_of(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
 std::string differs_from_most(MPI_Comm comm, const std::string& mine, const std::string& what) {
   int size = 1;
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  // Ranks compare FNV-1a hashes, made odd so that none is 0, which stands for nothing read.
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : mine) hash = (hash ^ c) * 1099511628211ull;
-  const uint64_t own = mine.empty() ? 0 : hash | 1;
+  // Fingerprints made odd so that none is 0, which stands for nothing read.
+  const uint64_t own = mine.empty() ? 0 : fingerprint_of(mine) | 1;
   std::vector<uint64_t> all(static_cast<size_t>(size));
   MPI_CHECK(MPI_Allgather(&own, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm));
   std::vector<uint64_t> sorted = all;  // counted by binary search: thousands of ranks do it at once

@@ -2,6 +2,7 @@
 // The MPI world of one run: who this process is, on which node, among how many.
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ std::vector<unsigned char> gather_on_node(const World& world, const void* mine, 
 std::string broadcast(MPI_Comm comm, const std::string& text, int root = 0);
 // The same agreement without the throw: "" when no rank has an error. Collective.
 std::string first_error(MPI_Comm comm, const std::string& local_error);
+
+// FNV-1a of `text`: what ranks compare as one number (a limit's key, what they read of a file).
+uint64_t fingerprint_of(const std::string& text);
 
 // Where every rank must read the same file (`mine`: what this rank read of it, "" for nothing):
 // "" when this rank's is what most ranks read, else "<who> reads a different <what> than rank 1

@@ -141,9 +141,9 @@ int64_t resident_anonymous_bytes(const std::string& root) {
   return kib_line(lines_of(root + "/proc/self/status"), "RssAnon");
 }
 
-int64_t resident_shared_bytes(const std::string& root) {
+ResidentMemory resident_memory(const std::string& root) {
   const std::vector<std::string> status = lines_of(root + "/proc/self/status");
-  return kib_line(status, "RssFile") + kib_line(status, "RssShmem");
+  return {kib_line(status, "RssAnon"), kib_line(status, "RssFile") + kib_line(status, "RssShmem")};
 }
 
 MemoryLimit host_memory_limit(const std::string& root) {

@@ -27,10 +27,14 @@ MemoryLimit host_memory_limit(const std::string& root = "");
 // This process's private resident memory now (/proc/self/status RssAnon: heap and anonymous
 // mappings, not the shared libraries' pages); 0 when it cannot be read.
 int64_t resident_anonymous_bytes(const std::string& root = "");
-// Its resident pages of files and shared memory (/proc/self/status RssFile + RssShmem: the
-// libraries' code and data, MPI's shared segments), which the ranks of a node share: a cgroup
-// charges them once, not once a rank. 0 when it cannot be read.
-int64_t resident_shared_bytes(const std::string& root = "");
+// Both from one read of /proc/self/status: the private resident memory above, and the resident
+// pages of files and shared memory (RssFile + RssShmem: the libraries' code and data, MPI's shared
+// segments), which the ranks of a node share: a cgroup charges them once, not once a rank. Zeros
+// when it cannot be read.
+struct ResidentMemory {
+  int64_t anonymous = 0, shared = 0;
+};
+ResidentMemory resident_memory(const std::string& root = "");
 
 // Hands the free pages of malloc's heap back to the system (glibc's malloc_trim; nothing
 // elsewhere). Once it has freed one large block, glibc serves blocks of that size from its heap,

@@ -34,8 +34,12 @@ struct HostMemoryBudget::Guard final : c10::Allocator {
   Guard(c10::Allocator* inner, int64_t budget, int shared_among, std::string text)
       : inner(inner), budget(budget), shared_among(std::max(shared_among, 1)), text(std::move(text)) {}
 
-  // This process's own resident memory and its part of the pages it shares with the others.
-  int64_t held() const { return resident_anonymous_bytes() + resident_shared_bytes() / shared_among; }
+  // This process's own resident memory and its part of the pages it shares with the others; 0
+  // when /proc cannot be read.
+  int64_t held() const {
+    const ResidentMemory resident = resident_memory();
+    return resident.anonymous > 0 ? resident.anonymous + resident.shared / shared_among : 0;
+  }
 
   void check(size_t n) const {
     const int64_t limit = budget.load(std::memory_order_relaxed);
@@ -45,7 +49,7 @@ struct HostMemoryBudget::Guard final : c10::Allocator {
     // Blocks freed into malloc's heap stay resident until handed back, and would be used again.
     release_free_heap();
     const int64_t now = held();
-    if (resident_anonymous_bytes() == 0 || now + wanted <= limit) return;  // 0: /proc unreadable
+    if (now == 0 || now + wanted <= limit) return;  // nothing known, or room after all
     throw HostMemoryExceeded(fmt::format("{} more would take the {} this process holds past {}", size_text(wanted),
                                          size_text(now), text));
   }

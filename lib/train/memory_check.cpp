@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "comm/cuda_runtime.hpp"
+#include "comm/world.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/memory_limit.hpp"
@@ -46,13 +47,6 @@ bool every_limit_holds_with_room(const std::vector<MemoryClaim>& claims, int zer
   return true;
 }
 
-// FNV-1a: ranks compare limit keys (a cgroup folder, a GPU's UUID) as one number.
-uint64_t id_of(const std::string& key) {
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : key) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
-
 // "the node's 62.80 GiB (/proc/meminfo MemTotal)", "the 640.00 MiB its cgroup allows (/sys/...)".
 std::string host_limit_text(const MemoryLimit& limit) {
   return limit.key == "MemTotal" ? fmt::format("the node's {} ({})", size_text(limit.bytes), limit.source)
@@ -64,7 +58,7 @@ std::string host_limit_text(const MemoryLimit& limit) {
 HostShare host_memory_share(const config::Deck& deck, const Connection& conn) {
   if (!deck.run.check_memory) return {};  // the same deck on every rank: all skip the collective alike
   const MemoryLimit limit = host_memory_limit();
-  const uint64_t mine = limit.bytes > 0 ? id_of(limit.key) : 0;
+  const uint64_t mine = limit.bytes > 0 ? comm::fingerprint_of(limit.key) : 0;
   const std::vector<unsigned char> gathered = comm::gather_on_node(conn.world, &mine, sizeof mine);
   std::vector<uint64_t> ids(static_cast<size_t>(conn.world.local_size));
   std::memcpy(ids.data(), gathered.data(), gathered.size());
@@ -128,7 +122,7 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
     // waits there between forward and backward (2 bytes an element under bf16 / fp16).
     try {
       const std::string uuid = comm::cuda_device_uuid(conn.cuda_index);
-      mine.limit_id = id_of(uuid);
+      mine.limit_id = comm::fingerprint_of(uuid);
       mine.limit_bytes = comm::cuda_total_memory_bytes(conn.cuda_index);
       limit_text = fmt::format("the {} of GPU {} ({})", size_text(mine.limit_bytes), uuid,
                                comm::cuda_device_name(conn.cuda_index));
@@ -140,7 +134,7 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
     needs_text = state_text + " and one micro-batch of stage outputs";
   } else {
     const MemoryLimit limit = host_memory_limit();
-    mine.limit_id = id_of(limit.key);
+    mine.limit_id = comm::fingerprint_of(limit.key);
     mine.limit_bytes = limit.bytes;
     limit_text = host_limit_text(limit);
     needs_text = state_text;

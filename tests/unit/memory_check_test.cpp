@@ -136,8 +136,10 @@ TEST_F(HostMemoryLimitTest, PrivateResidentMemoryIsRssAnonSharedIsRssFileAndRssS
   write("/proc/self/status",
         "Name:\ttrident\nVmRSS:\t  501000 kB\nRssAnon:\t  300000 kB\nRssFile:\t 200000 kB\nRssShmem:\t    1000 kB\n");
   EXPECT_EQ(trident::resident_anonymous_bytes(root()), 300000LL * 1024);
-  EXPECT_EQ(trident::resident_shared_bytes(root()), 201000LL * 1024);
+  EXPECT_EQ(trident::resident_memory(root()).anonymous, 300000LL * 1024);
+  EXPECT_EQ(trident::resident_memory(root()).shared, 201000LL * 1024);
   EXPECT_EQ(trident::resident_anonymous_bytes(root() + "/none"), 0);
+  EXPECT_EQ(trident::resident_memory(root() + "/none").anonymous, 0);
 }
 
 TEST_F(HostMemoryLimitTest, NothingReadableIsNoLimit) {
@@ -234,7 +236,8 @@ TEST(MemoryShortfall, RankRunsAreShortened) {
 TEST(HostMemoryBudget, AnAllocationPastTheBudgetThrowsAndTheAllocatorIsGivenBack) {
   using trident::train::HostMemoryBudget;
   using trident::train::HostMemoryExceeded;
-  const int64_t held = trident::resident_anonymous_bytes() + trident::resident_shared_bytes();
+  const trident::ResidentMemory resident = trident::resident_memory();
+  const int64_t held = resident.anonymous + resident.shared;
   ASSERT_GT(held, 0);
   at::Tensor made_under_budget;
   {
