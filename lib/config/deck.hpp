@@ -23,7 +23,7 @@
   X(run, fail_timeout_s, double, 30.0,                                                          \
     "abort the job when a rank is dead or makes no progress for this long (heartbeats; 1 to 1e6 seconds); 0 = off") \
   X(run, check_memory, bool, true,                                                              \
-    "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's); false = skip") \
+    "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's), and at pp = 1 a whole-model build past each rank's share of it; false = skip both") \
   X(run, peak_tflops, double, 0.0,                                                              \
     "peak TFLOP/s per rank for MFU; 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
 
