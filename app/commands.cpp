@@ -57,8 +57,7 @@ int guarded(Ranks ranks, Body body) {
   // One rank's fault: said by that rank, and the job aborted so that no other rank waits on it.
   const auto fault = [&](const std::string& text) {
     std::fprintf(stderr, "trident: fault: %s\n", text.c_str());
-    std::fflush(stderr);
-    if (mpi && size > 1) MPI_Abort(MPI_COMM_WORLD, kExitFault);
+    if (mpi && size > 1) abort_all_ranks(kExitFault);
     return static_cast<int>(kExitFault);
   };
   try {

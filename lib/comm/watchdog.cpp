@@ -86,8 +86,7 @@ Beat snapshot(int64_t now) {
 void check_mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
   std::fprintf(stderr, "trident: error: %s: fail-fast watchdog: %s failed (code %d)\n", who().c_str(), call, rc);
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, kExitFault);
+  abort_all_ranks(kExitFault);
 }
 
 }  // namespace
@@ -177,9 +176,7 @@ struct Watchdog::Impl {
                                       who(), timeout_s, what);
     for (int r = 0; r < size; ++r) message += describe(r, now) + "\n";
     std::fputs(message.c_str(), stderr);
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, kExitFault);
-    std::_Exit(kExitFault);  // MPI_Abort does not return; in case it does
+    abort_all_ranks(kExitFault);
   }
 
   void check(int64_t now) {
