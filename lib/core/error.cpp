@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -42,7 +43,21 @@ void fatal_all(const std::string& message) { throw BadInput(message); }
 
 void fatal_one(const std::string& message) { throw Fault(who() + ": " + message); }
 
+namespace {
+std::mutex g_abort_hook_mutex;  // held while the hook runs: removing it waits for a call under way
+std::function<void(int)> g_abort_hook;
+}  // namespace
+
+void set_abort_hook(std::function<void(int)> hook) {
+  std::lock_guard<std::mutex> lock(g_abort_hook_mutex);
+  g_abort_hook = std::move(hook);
+}
+
 void abort_all_ranks(int code) {
+  {
+    std::lock_guard<std::mutex> lock(g_abort_hook_mutex);
+    if (g_abort_hook) g_abort_hook(code);
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   // The launcher reads a rank's output and its abort on separate channels; 200 ms lets the output

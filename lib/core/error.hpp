@@ -2,6 +2,7 @@
 // Errors, the two ways a run ends badly (LAMMPS' error->all / error->one), and check macros
 // that say who and where: rank, host, file:line and the library's own message.
 #include <exception>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -66,6 +67,10 @@ inline int exit_code_for(const std::exception_ptr& error) {
 // to reach the launcher: MPICH's mpiexec dropped a rank's last lines, its fault message included,
 // in about 4 of 100 aborts that followed them at once.
 [[noreturn]] void abort_all_ranks(int code);
+// What the aborting rank records before abort_all_ranks ends it, given the exit code: rank 0's
+// goodput record while it trains (the watchdog's abort would leave it without one). One at a
+// time; an empty function removes it. It must not throw; it may run on any thread.
+void set_abort_hook(std::function<void(int)> hook);
 [[noreturn]] void fatal_one(const std::string& message);
 
 // "rank 3 on node17" once MPI is up, "rank ? on host" before.

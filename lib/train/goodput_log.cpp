@@ -90,6 +90,7 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step, bool n
 }
 
 void GoodputLog::first_step_starts() {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (started_) return;
   started_ = true;
   life_.startup_s = unix_now() - life_.start;
@@ -106,15 +107,29 @@ void GoodputLog::set(const GoodputProgress& p) {
 }
 
 void GoodputLog::update(const GoodputProgress& p) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return;
   set(p);
   write_open();
 }
 
 void GoodputLog::close(int exit_code, const GoodputProgress& p) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return;
-  closed_ = true;
   set(p);
+  append_closed(exit_code);
+}
+
+void GoodputLog::close_at_abort(int exit_code) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_) return;
+  life_.end = unix_now();
+  if (!started_) life_.startup_s = life_.end - life_.start;
+  append_closed(exit_code);
+}
+
+void GoodputLog::append_closed(int exit_code) {
+  closed_ = true;
   life_.exit_code = exit_code;
   if (!append_line(jsonl_, report::lifetime_json(life_))) {
     warn_once("cannot append to " + jsonl_ + ": " + std::strerror(errno));

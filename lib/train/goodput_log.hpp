@@ -4,9 +4,11 @@
 // (write, then rename) at every log line and save; at exit it is appended to goodput.jsonl and the
 // open file removed. A process that never reaches its exit (SIGKILL, an abort from another rank, a
 // lost node) leaves the open file behind: the next lifetime appends it, as it was last written,
-// with no exit code. Writing these files never stops a run: a failure is one warning.
+// with no exit code; an abort by this rank's own watchdog closes it first (close_at_abort).
+// Writing these files never stops a run: a failure is one warning.
 // No LibTorch, no MPI here.
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "report/goodput.hpp"
@@ -32,12 +34,17 @@ class GoodputLog {
   void first_step_starts();  // start-up ends here (once)
   void update(const GoodputProgress& progress);  // rewrites the open record
   void close(int exit_code, const GoodputProgress& progress);  // appends it to goodput.jsonl
+  // Closed now, from another thread too, with the figures of the last update: the job is being
+  // aborted (abort_all_ranks) and the main thread's figures are out of reach.
+  void close_at_abort(int exit_code);
   const report::Lifetime& record() const { return life_; }
 
  private:
   void set(const GoodputProgress& progress);
+  void append_closed(int exit_code);
   void write_open();
   void warn_once(const std::string& what);
+  std::mutex mutex_;  // the main thread's updates against close_at_abort
   std::string jsonl_, open_;
   report::Lifetime life_;
   bool started_ = false, closed_ = false, warned_ = false;

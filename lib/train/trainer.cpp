@@ -661,6 +661,13 @@ Result Trainer::run() {
   log_layout(s);
   if (s.conn.world.rank == 0)
     s.goodput = std::make_unique<GoodputLog>(s.deck.run.output_dir, s.restored.start_step, s.restored.new_run);
+  // The fail-fast watchdog aborts the job from its own thread: rank 0's record still gets its exit code.
+  struct AbortHook {
+    explicit AbortHook(GoodputLog* log) {
+      if (log) set_abort_hook([log](int code) { log->close_at_abort(code); });
+    }
+    ~AbortHook() { set_abort_hook({}); }
+  } abort_hook(s.goodput.get());
   Result result;
   result.first_step = s.restored.start_step;
   result.resumed_from = s.restored.resumed_from;

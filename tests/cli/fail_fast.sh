@@ -66,6 +66,10 @@ grep -q "rank 1 on .* stopped responding: no heartbeat for [5-9]\.[0-9] s" stopp
 grep -q "Last completed operation of every rank" stopped.log || fail "stopped: no per-rank summary"
 grep -Eq "^  rank 1 on .*: step [0-9]+, [0-9]+ operations completed" stopped.log || fail "stopped: rank 1 not listed"
 [ "$(grep -c 'fail-fast watchdog' stopped.log)" = 1 ] || fail "stopped: the message is not printed exactly once"
+# Rank 0 aborted the job: its goodput record is closed with exit code 1, not left open as a
+# killed process's is (it said "killed" and no exit code before).
+[ ! -e runs/stopped/goodput.open.json ] || fail "stopped: rank 0's goodput record was left open"
+grep -q '"exit_code":1' runs/stopped/goodput.jsonl || fail "stopped: no exit code 1 in $(cat runs/stopped/goodput.jsonl)"
 
 run stalled none TRIDENT_TEST_STALL=1:30
 grep -q "rank 1 on .* made no progress for more than $timeout_s s outside communication" stalled.log \

@@ -167,6 +167,28 @@ TEST(Goodput, AKilledLifetimeIsClosedByTheNextAndItsWorkAfterTheCheckpointIsLost
   fs::remove_all(dir);
 }
 
+// The fail-fast watchdog's abort on rank 0 (abort_all_ranks' hook) closes the record with the
+// exit code and the figures of its last update; the main thread's close after it changes nothing.
+TEST(Goodput, AnAbortClosesTheRecordWithItsExitCodeAndTheLastUpdate) {
+  const fs::path dir = fresh_dir("abort");
+  {
+    train::GoodputLog log(dir.string(), 0);
+    log.first_step_starts();
+    log.update({30, 15.0, 1.0, 0.0, 0.5});
+    log.close_at_abort(kExitFault);
+    EXPECT_FALSE(fs::exists(dir / "goodput.open.json"));
+    log.update({40, 20.0, 1.0, 0.0, 0.5});  // the main thread, still running until the abort ends it
+    log.close(kExitOk, {50, 25.0, 1.0, 0.0, 0.5});
+  }
+  const auto chain = report::read_goodput((dir / "goodput.jsonl").string());
+  ASSERT_EQ(chain.size(), 1u);
+  EXPECT_EQ(chain[0].exit_code, std::optional<int>(kExitFault));
+  EXPECT_EQ(chain[0].last_step, 30);
+  EXPECT_DOUBLE_EQ(chain[0].step_s, 15.0);
+  EXPECT_FALSE(fs::exists(dir / "goodput.open.json"));
+  fs::remove_all(dir);
+}
+
 // The report reads the open record as the chain's last lifetime: a run still training, or the
 // last job of a chain killed with no later one to close its record, counts to its last update.
 TEST(Goodput, TheOpenRecordIsTheLastLifetimeOfTheReport) {
