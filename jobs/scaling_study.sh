@@ -23,7 +23,7 @@
 # Prints the study folder, then the job ids (runs first, the report job last).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-kind="" ranks=1,2,4,8 tpn=2 study="" per_rank=64 serial=0 script=$here/ddp_2nodes.slurm
+kind="" ranks=1,2,4,8 tpn=2 study="" per_rank=64 per_rank_given=0 serial=0 script=$here/ddp_2nodes.slurm
 sbatch_args=()
 # The name the user typed (strong_scaling.sh, weak_scaling.sh exec this script).
 me=${TRIDENT_STUDY_SCRIPT:-$(basename "$0")}
@@ -49,7 +49,7 @@ while [ $# -gt 0 ]; do
     --ranks) needs_value "$1" $#; ranks=$2; shift 2 ;;
     --tasks-per-node) needs_value "$1" $#; tpn=$2; shift 2 ;;
     --study) needs_value "$1" $#; study=$2; shift 2 ;;
-    --per-rank-batch) needs_value "$1" $#; per_rank=$2; shift 2 ;;
+    --per-rank-batch) needs_value "$1" $#; per_rank=$2; per_rank_given=1; shift 2 ;;
     --serial) serial=1; shift ;;
     -j) needs_value "$1" $#; script=$2; shift 2 ;;
     --) shift; break ;;
@@ -67,9 +67,17 @@ shift
 [ -r "$deck" ] || { echo "$me: cannot read the deck $deck" >&2; exit 2; }
 [[ $tpn =~ ^[1-9][0-9]*$ ]] || { echo "$me: --tasks-per-node wants a positive count" >&2; exit 2; }
 [[ $per_rank =~ ^[1-9][0-9]*$ ]] || { echo "$me: --per-rank-batch wants a positive count" >&2; exit 2; }
+# A strong study keeps the deck's global batch: a per-rank batch given to it would be ignored.
+[ "$kind" = weak ] || [ "$per_rank_given" = 0 ] ||
+  { echo "$me: --per-rank-batch is for weak scaling (a strong study keeps the deck's optim.global_batch)" >&2; exit 2; }
 IFS=, read -r -a rank_list <<<"$ranks"
+[ ${#rank_list[@]} -gt 0 ] || { echo "$me: --ranks wants at least one rank count (e.g. --ranks 1,2,4)" >&2; exit 2; }
+seen=,
 for r in "${rank_list[@]}"; do
   [[ $r =~ ^[1-9][0-9]*$ ]] || { echo "$me: --ranks wants positive counts, got '$r'" >&2; exit 2; }
+  # Two jobs of one rank count would share one run folder: the second refused, or resuming the first.
+  [[ $seen != *,$r,* ]] || { echo "$me: --ranks lists $r twice" >&2; exit 2; }
+  seen=$seen$r,
 done
 # -j: a path, or the name of a job script next to this one (-j hybrid.slurm).
 for dir in "$here" ${TRIDENT_HOME:+"$TRIDENT_HOME/share/trident/jobs"}; do  # next to it, or the installed ones
@@ -103,14 +111,18 @@ TRIDENT=$(realpath "$TRIDENT")
 export TRIDENT
 
 study=$(realpath -m "${study:-studies/$kind-$(date +%Y%m%d-%H%M%S)}")
-mkdir -p "$study/runs" "$study/logs"
-echo "$study"
-
-# Every run's folder checked before the first job is submitted: none is left queued by a refusal.
+# Every run's folder checked before anything is written or the first job submitted: none is left
+# queued by a refusal.
 for r in "${rank_list[@]}"; do
   run=$study/runs/ranks_$r
   [ ! -e "$run/report.json" ] || { echo "$me: $run already holds a finished run; use another --study" >&2; exit 2; }
 done
+for folder in "$study" "$study/runs" "$study/logs"; do
+  [ ! -e "$folder" ] || [ -d "$folder" ] || { echo "$me: --study: $folder is not a folder" >&2; exit 2; }
+done
+mkdir -p "$study/runs" "$study/logs" 2>/dev/null ||
+  { echo "$me: --study: cannot make $study/runs and $study/logs (a folder above is not writable, or is a file)" >&2; exit 2; }
+echo "$study"
 
 ids=() previous=
 # A submission that fails (a bad SBATCH_OPTION, the queue's limits) cancels the jobs already
