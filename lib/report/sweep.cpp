@@ -88,7 +88,9 @@ std::vector<std::vector<std::pair<std::string, std::string>>> read_sweep_file(co
     if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::istringstream words(line);
     std::vector<std::pair<std::string, std::string>> point;
+    bool words_on_line = false;
     for (std::string word; words >> word;) {
+      words_on_line = true;
       if (word == "--set") continue;
       const auto eq = word.find('=');
       const auto dot = word.find('.');
@@ -96,6 +98,10 @@ std::vector<std::vector<std::pair<std::string, std::string>>> read_sweep_file(co
         throw BadInput(fmt::format("sweep: {}:{}: '{}' is not a deck override section.key=value", path, n, word));
       point.emplace_back(word.substr(0, eq), word.substr(eq + 1));
     }
+    // sweep.slurm refuses such a line too: were it a point there and none here, the results
+    // would be paired with the next line's overrides.
+    if (words_on_line && point.empty())
+      throw BadInput(fmt::format("sweep: {}:{}: '--set' with no section.key=value after it", path, n));
     if (!point.empty()) points.push_back(std::move(point));
   }
   if (points.empty()) throw BadInput(fmt::format("sweep: {} has no points (one line of section.key=value overrides each)", path));

@@ -59,6 +59,16 @@ TEST_F(SweepReport, ABadLineNamesTheFileAndLine) {
   }
   sweep_file("# nothing\n\n");
   EXPECT_THROW(read_sweep_file((dir_ / "sweep.txt").string()), BadInput);
+  // '--set' alone: sweep.slurm refuses it too (it trained it as a point with no overrides, and the
+  // report paired that point's results with the next line's overrides).
+  sweep_file("optim.lr=1e-3\n--set  # forgot the value\noptim.lr=2e-3\n");
+  try {
+    read_sweep_file((dir_ / "sweep.txt").string());
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep.txt:2: '--set' with no section.key=value after it"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(SweepReport, RanksByTestAccuracyWithUnfinishedPointsLast) {
