@@ -318,7 +318,9 @@ int compare_command(int argc, char** argv) {
     const double rtol = vm["rtol"].as<double>();
     if (!(rtol >= 0) || !std::isfinite(rtol)) throw BadInput(fmt::format("compare: --rtol {}: a tolerance of 0 or more", rtol));
     for (const char* which : {"a", "b"})
-      if (!checkpoint::is_checkpoint(vm[which].as<std::string>()))
+      if (!std::filesystem::exists(vm[which].as<std::string>()))
+        throw BadInput(fmt::format("compare: {}: no such file", vm[which].as<std::string>()));
+      else if (!checkpoint::is_checkpoint(vm[which].as<std::string>()))
         throw BadInput(fmt::format("compare: {}: not a trident checkpoint (trident inspect says what it is)",
                                    vm[which].as<std::string>()));
     const auto comparison = checkpoint::compare(vm["a"].as<std::string>(), vm["b"].as<std::string>(), rtol);
@@ -328,7 +330,7 @@ int compare_command(int argc, char** argv) {
 }
 
 int plan_command(int argc, char** argv) {
-  po::options_description options("trident plan DECK [--world N]");
+  po::options_description options("trident plan DECK [--world N] [--set section.key=value ...]");
   options.add_options()("help,h", "this help")("deck", po::value<std::string>(), "input deck (INI)")(
       "world", po::value<int>(), "ranks the job will have (default: SLURM_NTASKS inside an allocation, else 1)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a deck key");
@@ -348,7 +350,15 @@ int plan_command(int argc, char** argv) {
     int world = 1;
     std::string world_note;  // where the world size came from, when not from --world
     const char* slurm_tasks = std::getenv("SLURM_NTASKS");
-    const int allocated = slurm_tasks ? std::atoi(slurm_tasks) : 0;  // 0 too for one that is not a number
+    int allocated = 0;
+    if (slurm_tasks && !vm.count("world")) {
+      // Slurm sets a count; anything else was set by hand, and planning for world 1 instead would hide it.
+      char* end = nullptr;
+      const long tasks = std::strtol(slurm_tasks, &end, 10);
+      if (end == slurm_tasks || *end != '\0' || tasks < 1 || tasks > 1L << 24)
+        throw BadInput(fmt::format("plan: SLURM_NTASKS '{}' is not a rank count (give --world N)", slurm_tasks));
+      allocated = static_cast<int>(tasks);
+    }
     if (vm.count("world")) {
       world = vm["world"].as<int>();
       if (world < 1) throw BadInput(fmt::format("plan: --world {}: the job's ranks, at least 1", world));
@@ -403,18 +413,19 @@ int report_command(int argc, char** argv) {
       if (!std::filesystem::is_directory(run_dir))
         throw BadInput(fmt::format("report: --goodput {}: no such folder (give a run folder, run.output_dir)", run_dir));
       const auto account = report::load_goodput(run_dir);
+      // Written before it is printed: an --out that cannot be written is one error, not a report and then an error.
+      const auto paths = report::write_goodput(account, run_dir, vm.count("out") ? vm["out"].as<std::string>() : run_dir);
       std::cout << report::goodput_markdown(account, run_dir);
-      for (const auto& path : report::write_goodput(account, run_dir, vm.count("out") ? vm["out"].as<std::string>() : run_dir))
-        std::printf("report: wrote %s\n", path.c_str());
+      for (const auto& path : paths) std::printf("report: wrote %s\n", path.c_str());
       return 0;
     }
     const auto dirs = vm.count("dirs") ? vm["dirs"].as<std::vector<std::string>>() : std::vector<std::string>{};
     if (dirs.size() == 1 && report::is_sweep_dir(dirs[0])) {  // jobs/sweep.slurm's folder: it holds sweep.txt
       if (kind_given) throw BadInput(fmt::format("report: --kind is for a scaling study; {} is a sweep", dirs[0]));
       const auto sweep = report::load_sweep(dirs[0], vm["rank-by"].as<std::string>());
+      const auto paths = report::write_sweep(sweep, vm.count("out") ? vm["out"].as<std::string>() : dirs[0]);
       std::cout << report::sweep_markdown(sweep);
-      for (const auto& path : report::write_sweep(sweep, vm.count("out") ? vm["out"].as<std::string>() : dirs[0]))
-        std::printf("report: wrote %s\n", path.c_str());
+      for (const auto& path : paths) std::printf("report: wrote %s\n", path.c_str());
       return 0;
     }
     if (dirs.empty() || !vm.count("out")) throw BadInput("report: give a study folder and --out DIR (see --help)");

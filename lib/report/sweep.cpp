@@ -149,7 +149,11 @@ Sweep load_sweep(const std::string& dir, const std::string& metric) {
     if (a.finished != b.finished) return a.finished;
     if (!a.finished) return a.index < b.index;
     const double x = metric_of(a, sweep.metric), y = metric_of(b, sweep.metric);
-    return higher ? x > y : x < y;
+    if (x != y) return higher ? x > y : x < y;
+    // A tie (two points at 100% accuracy) goes to the better of the other metric, then file order.
+    if (a.test_loss != b.test_loss && sweep.metric != "test_loss") return a.test_loss < b.test_loss;
+    if (a.test_accuracy != b.test_accuracy && sweep.metric != "test_accuracy") return a.test_accuracy > b.test_accuracy;
+    return false;
   });
   int rank = 0;
   for (auto& p : sweep.points)

@@ -55,26 +55,39 @@ inline double nice_step(double top) {
 
 // Writes each (file name, text) into out_dir (created), each through a temporary file and a
 // rename, so a reader never sees half a file; returns the paths. BadInput naming what cannot be
-// written.
+// written, and then none of them is written (no report.md of a set whose report.csv failed).
 inline std::vector<std::string> write_text_files(const std::string& out_dir,
                                                  const std::vector<std::pair<std::string, std::string>>& files) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (fs::exists(out_dir) && !fs::is_directory(out_dir))
+    throw BadInput(fmt::format("report: {} is a file, not a folder to write the report into", out_dir));
   fs::create_directories(out_dir, ec);
   if (ec) throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, ec.message()));
-  std::vector<std::string> written;
+  std::vector<std::string> paths, tmps;
+  const auto drop_tmps = [&] {
+    for (const auto& tmp : tmps) fs::remove(tmp, ec);
+  };
   for (const auto& [name, text] : files) {
-    const std::string path = (fs::path(out_dir) / name).string(), tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << text;
-      if (!out) throw BadInput(fmt::format("report: cannot write {}", tmp));
+    paths.push_back((fs::path(out_dir) / name).string());
+    tmps.push_back(paths.back() + ".tmp");
+    std::ofstream out(tmps.back());
+    out << text;
+    out.close();
+    if (!out || fs::is_directory(paths.back())) {
+      drop_tmps();
+      throw BadInput(fmt::format("report: cannot write {}{}", paths.back(),
+                                 fs::is_directory(paths.back()) ? ": a folder has its name" : ""));
     }
-    fs::rename(tmp, path, ec);
-    if (ec) throw BadInput(fmt::format("report: cannot write {}: {}", path, ec.message()));
-    written.push_back(path);
   }
-  return written;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    fs::rename(tmps[i], paths[i], ec);
+    if (ec) {
+      drop_tmps();
+      throw BadInput(fmt::format("report: cannot write {}: {}", paths[i], ec.message()));
+    }
+  }
+  return paths;
 }
 
 }  // namespace trident::report

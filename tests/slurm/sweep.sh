@@ -39,12 +39,12 @@ import csv, json, sys
 d = sys.argv[1]
 reports = [json.load(open(f"{d}/point_{k}/report.json")) for k in range(3)]
 acc = [r["final"]["test_accuracy"] for r in reports]
-expected = sorted(range(3), key=lambda k: -acc[k])  # ties keep the file's order, as the report does
+loss = [r["final"]["test_loss"] for r in reports]
+expected = sorted(range(3), key=lambda k: (-acc[k], loss[k]))  # a tie goes to the lower test loss, then file order
 rows = list(csv.DictReader(open(f"{d}/sweep.csv")))
 assert [int(r["point"]) for r in rows] == expected, f"ranked {[r['point'] for r in rows]}, accuracies {acc}"
-loss = [r["final"]["test_loss"] for r in reports]
 by_loss = [int(r["point"]) for r in csv.DictReader(open("by_loss/sweep.csv"))]
-assert by_loss == sorted(range(3), key=lambda k: loss[k]), f"ranked {by_loss} by test loss, losses {loss}"
+assert by_loss == sorted(range(3), key=lambda k: (loss[k], -acc[k])), f"ranked {by_loss} by test loss, losses {loss}"
 assert [int(r["rank"]) for r in rows] == [1, 2, 3]
 for r in rows:
     k = int(r["point"])

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "scratch_folder.hpp"
@@ -108,6 +109,49 @@ TEST_F(SweepReport, RanksByTestAccuracyWithUnfinishedPointsLast) {
   const std::string svg = sweep_svg(s);
   EXPECT_NE(svg.find("samples/s by micro-batch size"), std::string::npos);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+// Two points at 100% accuracy: the one with the lower test loss first (file order ranked a 150x
+// higher loss first); a tie in loss, ranked by loss, goes to the higher accuracy.
+TEST_F(SweepReport, ATieGoesToTheOtherMetric) {
+  sweep_file("optim.lr=1e-3\noptim.lr=3e-3\noptim.lr=1e-2\n");
+  point(0, 1.00, 0.30, 8, 0.040);
+  point(1, 1.00, 0.002, 8, 0.040);
+  point(2, 0.90, 0.30, 8, 0.040);
+  const Sweep by_accuracy = load_sweep(dir_.string(), "test_accuracy");
+  EXPECT_EQ(by_accuracy.points[0].index, 1);
+  EXPECT_EQ(by_accuracy.points[1].index, 0);
+  EXPECT_EQ(by_accuracy.points[2].index, 2);
+  const Sweep by_loss = load_sweep(dir_.string(), "test_loss");
+  EXPECT_EQ(by_loss.points[0].index, 1);
+  EXPECT_EQ(by_loss.points[1].index, 0);  // 0.30 as point 2, at 100% rather than 90%
+  EXPECT_EQ(by_loss.points[2].index, 2);
+}
+
+// An output that cannot be written leaves none of the set: sweep.md was left (and sweep.csv.tmp)
+// when sweep.csv could not be written.
+TEST_F(SweepReport, AnOutputThatCannotBeWrittenLeavesNoneOfTheFiles) {
+  sweep_file("optim.lr=1e-3\n");
+  point(0, 0.9, 0.3, 8, 0.040);
+  const Sweep sweep = load_sweep(dir_.string(), "");
+  const fs::path out = dir_ / "out";
+  fs::create_directories(out / "sweep.csv");  // a folder where the CSV goes
+  try {
+    write_sweep(sweep, out.string());
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep.csv: a folder has its name"), std::string::npos) << e.what();
+  }
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(out)) left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"sweep.csv"});
+  std::ofstream(dir_ / "a_file") << "x";
+  try {
+    write_sweep(sweep, (dir_ / "a_file").string());
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("a_file is a file, not a folder"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(SweepReport, TokenModelsRankByTestLossAndNoMicroBatchTableWhenItIsNotSwept) {
