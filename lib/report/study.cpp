@@ -111,9 +111,18 @@ std::vector<std::string> find_reports(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw BadInput(fmt::format("report: {}: no such folder", dir));
   std::vector<std::string> files;
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-    if (it->path().filename() == "report.json" && it->is_regular_file()) files.push_back(it->path().string());
+  // Links to run folders are followed (a study assembled from links to runs kept elsewhere), each
+  // folder entered once: a link back up the tree does not loop.
+  std::set<fs::path> entered{fs::canonical(dir, ec)};
+  for (auto it = fs::recursive_directory_iterator(
+           dir, fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code entry_ec;
+    if (it->is_directory(entry_ec) && !entered.insert(fs::canonical(it->path(), entry_ec)).second)
+      it.disable_recursion_pending();
+    else if (it->path().filename() == "report.json" && it->is_regular_file(entry_ec))
+      files.push_back(it->path().string());
+  }
   if (ec) throw BadInput(fmt::format("report: {}: cannot list the folder ({})", dir, ec.message()));
   if (files.empty()) throw BadInput(fmt::format("report: no report.json under {}", dir));
   std::sort(files.begin(), files.end());
@@ -208,8 +217,12 @@ Study compute_scaling(std::vector<StudyRun> runs, const std::string& kind) {
 
 Study load_study(const std::vector<std::string>& dirs, const std::string& kind) {
   std::vector<StudyRun> runs;
+  std::set<fs::path> read;  // a run reached twice (a folder given twice, or inside another given) is one run
   for (const auto& dir : dirs)
-    for (const auto& file : find_reports(dir)) runs.push_back(read_study_run(file));
+    for (const auto& file : find_reports(dir)) {
+      std::error_code ec;
+      if (read.insert(fs::canonical(file, ec)).second) runs.push_back(read_study_run(file));
+    }
   Study study = compute_scaling(std::move(runs), kind);
   for (const auto& dir : dirs) study.dir += (study.dir.empty() ? "" : ", ") + dir;
   return study;

@@ -354,3 +354,19 @@ TEST_F(StudyReport, ReportJsonReadsBackWhatWasWritten) {
   }
   EXPECT_EQ(r.checkpoint_saves, 5);
 }
+
+// A study assembled from links to run folders kept elsewhere reads them (it said "no report.json"),
+// a link back up the tree does not loop, and a folder given twice (or inside another given) is
+// each run once (it said "X and X are both runs ... keep one").
+TEST_F(StudyReport, LinkedRunFoldersAreReadAndEachRunOnce) {
+  run("kept/ranks_1", 1, 1, 0.100, 64);
+  run("kept/ranks_2", 2, 1, 0.060, 64);
+  fs::create_directories(dir_ / "study");
+  fs::create_directory_symlink(dir_ / "kept/ranks_1", dir_ / "study/ranks_1");
+  fs::create_directory_symlink(dir_ / "kept/ranks_2", dir_ / "study/ranks_2");
+  fs::create_directory_symlink(dir_ / "study", dir_ / "study/loop");
+  const std::string study = (dir_ / "study").string();
+  const auto s = load_study({study, study, (dir_ / "study/ranks_2").string()}, "");
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_NEAR(run_of(s, 2).speedup, 5.0 / 3.0, 1e-12);
+}
