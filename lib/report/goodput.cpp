@@ -73,17 +73,23 @@ Lifetime parse_lifetime(const std::string& line, const std::string& where) {
 std::vector<Lifetime> read_goodput(const std::string& path, std::vector<std::string>* skipped) {
   std::ifstream in(path);
   if (!in) throw BadInput(fmt::format("report: cannot read {} (a run folder has one once a run has trained in it)", path));
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw BadInput(fmt::format("report: {} is a folder, not a file", path));
   std::vector<Lifetime> out;
-  std::string line;
+  std::string line, first_skipped;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       out.push_back(parse_lifetime(line, fmt::format("{}:{}", path, n)));
     } catch (const BadInput& e) {
+      if (first_skipped.empty()) first_skipped = e.what();
       if (skipped) skipped->push_back(e.what());
     }
   }
-  if (out.empty()) throw BadInput(fmt::format("report: {} holds no record", path));
+  // Every line bad: why the first one is (a file of another format, a damaged one), not only that none is good.
+  if (out.empty())
+    throw BadInput(first_skipped.empty() ? fmt::format("report: {} holds no record", path)
+                                         : fmt::format("report: {} holds no record: {}", path, first_skipped));
   return out;
 }
 

@@ -116,6 +116,24 @@ TEST(Goodput, TornLinesAreSkippedAndNamed) {
   fs::create_directories(dir / "empty");
   std::ofstream(dir / "empty" / "goodput.jsonl") << "\n";
   EXPECT_THROW(report::load_goodput((dir / "empty").string()), BadInput);
+  // Every line bad: the message says why the first is (it said "holds no record" alone).
+  fs::create_directories(dir / "all_bad");
+  std::ofstream(dir / "all_bad" / "goodput.jsonl") << "step,loss\n1,0.5\n";
+  try {
+    report::read_goodput((dir / "all_bad" / "goodput.jsonl").string());
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no record: " + (dir / "all_bad").string() + "/goodput.jsonl:1: not a JSON record"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::create_directories(dir / "folder" / "goodput.jsonl");
+  try {
+    report::read_goodput((dir / "folder" / "goodput.jsonl").string());
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("goodput.jsonl is a folder, not a file"), std::string::npos) << e.what();
+  }
   fs::remove_all(dir);
 }
 
