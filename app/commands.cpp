@@ -318,7 +318,7 @@ int compare_command(int argc, char** argv) {
     const double rtol = vm["rtol"].as<double>();
     if (!(rtol >= 0) || !std::isfinite(rtol)) throw BadInput(fmt::format("compare: --rtol {}: a tolerance of 0 or more", rtol));
     for (const char* which : {"a", "b"})
-      if (!std::filesystem::exists(vm[which].as<std::string>()))
+      if (std::error_code ec; !std::filesystem::exists(vm[which].as<std::string>(), ec))
         throw BadInput(fmt::format("compare: {}: no such file", vm[which].as<std::string>()));
       else if (!checkpoint::is_checkpoint(vm[which].as<std::string>()))
         throw BadInput(fmt::format("compare: {}: not a trident checkpoint (trident inspect says what it is)",

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -54,9 +56,23 @@ void set_abort_hook(std::function<void(int)> hook) {
 }
 
 void abort_all_ranks(int code) {
-  {
-    std::lock_guard<std::mutex> lock(g_abort_hook_mutex);
-    if (g_abort_hook) g_abort_hook(code);
+  // The hook writes a file: on a hung file system it would hold the abort forever. It runs on a
+  // thread of its own, given 2 s; an exception from it is dropped (the abort comes first).
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  try {
+    std::thread([code, done] {
+      {
+        std::lock_guard<std::mutex> lock(g_abort_hook_mutex);
+        try {
+          if (g_abort_hook) g_abort_hook(code);
+        } catch (...) {
+        }
+      }
+      done->set_value();
+    }).detach();
+    finished.wait_for(std::chrono::seconds(2));
+  } catch (...) {  // no thread to be had: the abort without the hook
   }
   std::fflush(stdout);
   std::fflush(stderr);

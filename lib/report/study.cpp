@@ -111,17 +111,26 @@ std::vector<std::string> find_reports(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw BadInput(fmt::format("report: {}: no such folder", dir));
   std::vector<std::string> files;
-  // Links to run folders are followed (a study assembled from links to runs kept elsewhere), each
-  // folder entered once: a link back up the tree does not loop.
-  std::set<fs::path> entered{fs::canonical(dir, ec)};
-  for (auto it = fs::recursive_directory_iterator(
-           dir, fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+  // A run folder (one holding report.json) is a leaf: its checkpoints and whatever its links
+  // reach are not searched. Links to run folders are followed (a study assembled from links to
+  // runs kept elsewhere), each folder entered once: a link back up the tree does not loop.
+  const auto run_folder = [&](const fs::path& folder) {
     std::error_code entry_ec;
-    if (it->is_directory(entry_ec) && !entered.insert(fs::canonical(it->path(), entry_ec)).second)
-      it.disable_recursion_pending();
-    else if (it->path().filename() == "report.json" && it->is_regular_file(entry_ec))
-      files.push_back(it->path().string());
+    if (!fs::is_regular_file(folder / "report.json", entry_ec)) return false;
+    files.push_back((folder / "report.json").string());
+    return true;
+  };
+  if (!run_folder(dir)) {
+    std::set<fs::path> entered;
+    if (auto top = fs::canonical(dir, ec); !ec) entered.insert(top);
+    for (auto it = fs::recursive_directory_iterator(
+             dir, fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code entry_ec;
+      if (!it->is_directory(entry_ec)) continue;
+      const fs::path real = fs::canonical(it->path(), entry_ec);
+      if ((!entry_ec && !entered.insert(real).second) || run_folder(it->path())) it.disable_recursion_pending();
+    }
   }
   if (ec) throw BadInput(fmt::format("report: {}: cannot list the folder ({})", dir, ec.message()));
   if (files.empty()) throw BadInput(fmt::format("report: no report.json under {}", dir));
@@ -221,7 +230,8 @@ Study load_study(const std::vector<std::string>& dirs, const std::string& kind) 
   for (const auto& dir : dirs)
     for (const auto& file : find_reports(dir)) {
       std::error_code ec;
-      if (read.insert(fs::canonical(file, ec)).second) runs.push_back(read_study_run(file));
+      const fs::path real = fs::canonical(file, ec);
+      if (ec || read.insert(real).second) runs.push_back(read_study_run(file));
     }
   Study study = compute_scaling(std::move(runs), kind);
   for (const auto& dir : dirs) study.dir += (study.dir.empty() ? "" : ", ") + dir;

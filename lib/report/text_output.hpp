@@ -55,18 +55,20 @@ inline double nice_step(double top) {
 
 // Writes each (file name, text) into out_dir (created), each through a temporary file and a
 // rename, so a reader never sees half a file; returns the paths. BadInput naming what cannot be
-// written, and then none of them is written (no report.md of a set whose report.csv failed).
+// written; a file that cannot be written leaves none of them (no report.md of a set whose
+// report.csv failed).
 inline std::vector<std::string> write_text_files(const std::string& out_dir,
                                                  const std::vector<std::pair<std::string, std::string>>& files) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(out_dir) && !fs::is_directory(out_dir))
+  std::error_code ec;  // the error_code forms throughout: a path error is bad input, not a fault
+  if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
     throw BadInput(fmt::format("report: {} is a file, not a folder to write the report into", out_dir));
   fs::create_directories(out_dir, ec);
   if (ec) throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, ec.message()));
   std::vector<std::string> paths, tmps;
   const auto drop_tmps = [&] {
-    for (const auto& tmp : tmps) fs::remove(tmp, ec);
+    std::error_code ignored;
+    for (const auto& tmp : tmps) fs::remove(tmp, ignored);
   };
   for (const auto& [name, text] : files) {
     paths.push_back((fs::path(out_dir) / name).string());
@@ -74,17 +76,19 @@ inline std::vector<std::string> write_text_files(const std::string& out_dir,
     std::ofstream out(tmps.back());
     out << text;
     out.close();
-    if (!out || fs::is_directory(paths.back())) {
+    const bool folder = fs::is_directory(paths.back(), ec);
+    if (!out || folder) {
       drop_tmps();
-      throw BadInput(fmt::format("report: cannot write {}{}", paths.back(),
-                                 fs::is_directory(paths.back()) ? ": a folder has its name" : ""));
+      throw BadInput(fmt::format("report: cannot write {}{}", paths.back(), folder ? ": a folder has its name" : ""));
     }
   }
+  // Every file written before any replaces its old copy: one that cannot be written leaves none.
   for (size_t i = 0; i < paths.size(); ++i) {
     fs::rename(tmps[i], paths[i], ec);
     if (ec) {
+      const std::string why = ec.message();
       drop_tmps();
-      throw BadInput(fmt::format("report: cannot write {}: {}", paths[i], ec.message()));
+      throw BadInput(fmt::format("report: cannot write {}: {}", paths[i], why));
     }
   }
   return paths;

@@ -102,6 +102,10 @@ void GoodputLog::set(const GoodputProgress& p) {
   life_.data_wait_s = p.data_wait_s;
   life_.evaluation_s = p.evaluation_s;
   life_.checkpoint_s = p.checkpoint_s;
+  stamp_end();
+}
+
+void GoodputLog::stamp_end() {
   life_.end = unix_now();
   if (!started_) life_.startup_s = life_.end - life_.start;  // no step ran: all of it was start-up
 }
@@ -123,8 +127,7 @@ void GoodputLog::close(int exit_code, const GoodputProgress& p) {
 void GoodputLog::close_at_abort(int exit_code) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return;
-  life_.end = unix_now();
-  if (!started_) life_.startup_s = life_.end - life_.start;
+  stamp_end();
   append_closed(exit_code);
 }
 

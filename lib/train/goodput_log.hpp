@@ -41,6 +41,7 @@ class GoodputLog {
 
  private:
   void set(const GoodputProgress& progress);
+  void stamp_end();  // the record ends now
   void append_closed(int exit_code);
   void write_open();
   void warn_once(const std::string& what);

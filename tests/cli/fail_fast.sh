@@ -69,7 +69,7 @@ grep -Eq "^  rank 1 on .*: step [0-9]+, [0-9]+ operations completed" stopped.log
 # Rank 0 aborted the job: its goodput record is closed with exit code 1, not left open as a
 # killed process's is (it said "killed" and no exit code before).
 [ ! -e runs/stopped/goodput.open.json ] || fail "stopped: rank 0's goodput record was left open"
-grep -q '"exit_code":1' runs/stopped/goodput.jsonl || fail "stopped: no exit code 1 in $(cat runs/stopped/goodput.jsonl)"
+grep -Eq '"exit_code":1[,}]' runs/stopped/goodput.jsonl || fail "stopped: no exit code 1 in $(cat runs/stopped/goodput.jsonl)"
 
 run stalled none TRIDENT_TEST_STALL=1:30
 grep -q "rank 1 on .* made no progress for more than $timeout_s s outside communication" stalled.log \

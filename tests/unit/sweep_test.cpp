@@ -111,21 +111,22 @@ TEST_F(SweepReport, RanksByTestAccuracyWithUnfinishedPointsLast) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
 }
 
-// Two points at 100% accuracy: the one with the lower test loss first (file order ranked a 150x
-// higher loss first); a tie in loss, ranked by loss, goes to the higher accuracy.
+// A tie on the ranking metric goes to the other metric, not to file order: points 1 and 2 tie at
+// 100% accuracy (2 has the lower loss), points 0 and 1 tie at loss 0.30 (1 has the higher accuracy).
+// File order ranked a 150x higher loss first.
 TEST_F(SweepReport, ATieGoesToTheOtherMetric) {
   sweep_file("optim.lr=1e-3\noptim.lr=3e-3\noptim.lr=1e-2\n");
-  point(0, 1.00, 0.30, 8, 0.040);
-  point(1, 1.00, 0.002, 8, 0.040);
-  point(2, 0.90, 0.30, 8, 0.040);
+  point(0, 0.90, 0.30, 8, 0.040);
+  point(1, 1.00, 0.30, 8, 0.040);
+  point(2, 1.00, 0.002, 8, 0.040);
   const Sweep by_accuracy = load_sweep(dir_.string(), "test_accuracy");
-  EXPECT_EQ(by_accuracy.points[0].index, 1);
-  EXPECT_EQ(by_accuracy.points[1].index, 0);
-  EXPECT_EQ(by_accuracy.points[2].index, 2);
+  EXPECT_EQ(by_accuracy.points[0].index, 2);
+  EXPECT_EQ(by_accuracy.points[1].index, 1);
+  EXPECT_EQ(by_accuracy.points[2].index, 0);
   const Sweep by_loss = load_sweep(dir_.string(), "test_loss");
-  EXPECT_EQ(by_loss.points[0].index, 1);
-  EXPECT_EQ(by_loss.points[1].index, 0);  // 0.30 as point 2, at 100% rather than 90%
-  EXPECT_EQ(by_loss.points[2].index, 2);
+  EXPECT_EQ(by_loss.points[0].index, 2);
+  EXPECT_EQ(by_loss.points[1].index, 1);
+  EXPECT_EQ(by_loss.points[2].index, 0);
 }
 
 // An output that cannot be written leaves none of the set: sweep.md was left (and sweep.csv.tmp)
