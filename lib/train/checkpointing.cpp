@@ -32,23 +32,28 @@ data::Range owned_range(const Connection& conn, const StageParts& st) {
 // mean nothing to SGD and the reverse, so a resume keeps the optimizer that wrote the file; other
 // changed keys are listed for the log (a changed run.seed changes the data order from here on).
 // A deck this trident cannot read is left to the tensor checks.
-std::string check_deck_changes(const config::Deck& deck, const checkpoint::Meta& meta, const std::string& path) {
+// `momentum_started`: set when SGD gains momentum (written with optim.momentum = 0, which keeps no
+// buffer): the buffer starts at zero, as a fresh run's does (its first step is PyTorch's).
+std::string check_deck_changes(const config::Deck& deck, const checkpoint::Meta& meta, const std::string& path,
+                               bool* momentum_started) {
   config::Deck written;
   try {
     written = config::parse_deck_text(meta.deck, path, {});
   } catch (const BadInput&) {
     return "";
   }
+  *momentum_started = written.optim.name == "sgd" && written.optim.momentum == 0 && deck.optim.momentum != 0;
   if (written.optim.name != deck.optim.name)
     fatal_all(fmt::format("checkpoint {}: written with optim.name = {}, this run's is {}: its optimizer state does not "
                           "carry over; resume with optim.name = {}, or start fresh with --resume never",
                           path, written.optim.name, deck.optim.name, written.optim.name));
   const std::vector<std::string> changed = config::changed_keys(written, deck);
   if (changed.empty()) return "";
-  return fmt::format("deck keys changed since the checkpoint was written: {}{}", fmt::join(changed, ", "),
+  return fmt::format("deck keys changed since the checkpoint was written: {}{}{}", fmt::join(changed, ", "),
                      written.run.seed != deck.run.seed
                          ? " (run.seed sets the data order: from here on it is not the uninterrupted run's)"
-                         : "");
+                         : "",
+                     *momentum_started ? " (the momentum buffer, which the file does not hold, starts at zero)" : "");
 }
 
 // What ranks compare to know they read the same checkpoint file.
@@ -82,7 +87,8 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     const checkpoint::Reader& reader = *opened;
     const auto& meta = reader.meta();
     // Another model first: its batch and step count would only mislead.
-    restored.deck_changes = check_deck_changes(deck, meta, path);
+    bool momentum_started = false;
+    restored.deck_changes = check_deck_changes(deck, meta, path, &momentum_started);
     try {
       reader.check_shapes("params", st.plan->placed_parameters());
       reader.check_shapes("buffers", st.plan->placed_buffers());
@@ -109,7 +115,13 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
       st.grad_sync->full_params().copy_(reader.read_flat("params", mine, 0, n));
     st.optimizer->allocate_state(st.grad_sync->optimizer_params());
     for (auto& [name, state] : st.optimizer->state()) {
-      reader.check_shapes("optim/" + name, st.plan->placed_parameters());
+      if (momentum_started && name == "momentum_buffer") continue;  // zero, as allocated
+      try {
+        reader.check_shapes("optim/" + name, st.plan->placed_parameters());
+      } catch (const BadInput& e) {  // the optimizer state this run needs: what the deck changed says why
+        if (restored.deck_changes.empty()) throw;
+        fatal_all(fmt::format("{} ({})", e.what(), restored.deck_changes));
+      }
       const bool part = st.grad_sync->sharded();
       state.copy_(reader.read_flat("optim/" + name, mine, part ? range.begin : 0, part ? range.end : n));
     }
