@@ -157,7 +157,7 @@ std::vector<std::string> step_files_in(const std::string& dir) {
 
 }  // namespace
 
-std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
+std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep) {
   std::vector<std::string> removed;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return removed;
@@ -165,6 +165,7 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
     const auto name = entry.path().filename().string();
     const bool unfinished_step = name.rfind("step_", 0) == 0 && name.size() > 7 && name.substr(name.size() - 7) == ".h5.tmp";
     if (!(unfinished_step || name == "latest.tmp") || !entry.is_regular_file(ec)) continue;
+    if (!keep.empty() && fs::equivalent(entry.path(), keep, ec)) continue;
     const auto bytes = entry.file_size(ec);
     const std::string size = ec ? "size unknown" : fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
     if (fs::remove(entry.path(), ec)) removed.push_back(fmt::format("{} ({})", name, size));

@@ -298,12 +298,15 @@ ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, cons
   return from;
 }
 
-checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step, bool locked) {
+checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step, bool locked,
+                                   const std::string& resumed_from) {
   checkpoint::Retention retention;
   retention.keep_last = static_cast<int>(deck.checkpoint.keep_last);
   if (conn.world.rank != 0) return retention;  // rank 0 commits and prunes
   // Unguarded (no locks on this file system), an unfinished save may be another live run's.
-  const auto unfinished = locked ? checkpoint::remove_unfinished_saves(checkpoint_dir(deck)) : std::vector<std::string>{};
+  // Not the file this run resumes from, were it one of them (--resume naming a .tmp the user salvages).
+  const auto unfinished =
+      locked ? checkpoint::remove_unfinished_saves(checkpoint_dir(deck), resumed_from) : std::vector<std::string>{};
   if (!unfinished.empty())
     log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", checkpoint_dir(deck),
               fmt::join(unfinished, ", "));

@@ -248,7 +248,8 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
       if (!s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
       if (s.restored.start_step == 0) say_what_a_fresh_start_replaces(s.deck.run.output_dir, s.restored.new_run);
     }
-    s.retention = retention_of(s.deck, s.conn, s.restored.start_step, s.run_folder && s.run_folder->locked());
+    s.retention = retention_of(s.deck, s.conn, s.restored.start_step, s.run_folder && s.run_folder->locked(),
+                               s.restored.resumed_from);
   } catch (const BadInput&) {
     if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder
     // Bad input is agreed, so every rank is here: the watchdog stops collectively (no heartbeat

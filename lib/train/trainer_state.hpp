@@ -142,7 +142,8 @@ std::string checkpoint_dir(const config::Deck& deck);
 // After restore: keep_last, and the files of later steps than the run's start, which are not its
 // own (logged when there are any).
 // `locked`: rank 0 holds the run folder's lock, so the unfinished saves there are no live run's.
-checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step, bool locked);
+checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step, bool locked,
+                                   const std::string& resumed_from);
 // Writes and commits the checkpoint of step `step` (collective), counted in s.times/saves/bytes;
 // a background save still in flight is committed first. `loss`: the epoch's up to `step`.
 void save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss);
