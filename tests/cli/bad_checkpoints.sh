@@ -6,6 +6,8 @@
 #   other_version  format version rewritten to 99 (metadata checksum kept valid)
 #   corrupt        bytes in the middle of a tensor overwritten
 #   truncated      the file cut in half
+#   renamed        a byte of a tensor's name changed (the blocks' checksums cover data, not names)
+#   deck_changed   a byte of the deck attribute changed (global_batch 64 -> 94)
 #   other_optimizer  an AdamW checkpoint resumed with SGD (its state does not carry over)
 #   fewer_layers   written by mlp 64,64,64, resumed by mlp 64,64 (its fc3 would be dropped)
 # And a resume that passes over a damaged newest checkpoint prunes around it: the good older one
@@ -21,6 +23,21 @@ cp "$good" corrupt.h5
 size=$(stat -c %s "$good")
 printf 'trident-damage-%.0s' $(seq 64) | dd of=corrupt.h5 bs=1 seek=$((size / 2)) conv=notrunc status=none
 head -c $((size / 2)) "$good" >truncated.h5
+# One byte of a tensor's name, and one of the deck attribute (global_batch 64 -> 94): the blocks'
+# checksums cover neither, so both verified, and a renamed tensor was "missing (another model?)".
+flip_first() {  # FILE PATTERN OFFSET BYTE: the byte at OFFSET into PATTERN's first occurrence
+  python3 - "$@" <<'PY'
+import sys
+path, pattern, offset, byte = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3]), int(sys.argv[4], 0)
+data = bytearray(open(path, "rb").read())
+at = data.find(pattern)
+assert at >= 0, f"no {pattern!r} in {path}"
+data[at + offset] = byte
+open(path, "wb").write(bytes(data))
+PY
+}
+cp "$good" renamed.h5 && flip_first renamed.h5 head.linear.weight 0 0x97
+cp "$good" deck_changed.h5 && flip_first deck_changed.h5 "global_batch     = 64" 19 0x39
 snapshot() { find runs/src -type f -print0 | sort -z | xargs -0 md5sum; }
 before=$(snapshot)
 
@@ -48,6 +65,9 @@ expect_bad other_version "checkpoint other_version.h5: format version 99 \(this 
   --resume other_version.h5
 expect_bad corrupt "checkpoint corrupt.h5: .*(checksum|damaged)" --resume corrupt.h5
 expect_bad truncated "checkpoint truncated.h5: .*(truncated|damaged)" --resume truncated.h5
+expect_bad renamed "checkpoint renamed.h5: its tensor names are damaged" --resume renamed.h5
+expect_bad deck_changed "checkpoint deck_changed.h5: its deck \(attribute 'deck'\) is damaged" --resume deck_changed.h5
+"$trident" inspect renamed.h5 >inspect_renamed.log 2>&1 && fail "trident inspect verified a file with a damaged tensor name"
 expect_bad other_optimizer "checkpoint .*step_0000004.h5: written with optim.name = adamw, this run's is sgd" \
   --set optim.name=sgd --resume "$good"
 
