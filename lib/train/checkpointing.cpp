@@ -42,6 +42,11 @@ std::string check_deck_changes(const config::Deck& deck, const checkpoint::Meta&
   } catch (const BadInput&) {
     return "";
   }
+  // The one model key whose change keeps every tensor's shape (the tensor checks cannot see it).
+  if (written.model.kind == "gpt" && deck.model.kind == "gpt" && written.model.heads != deck.model.heads)
+    fatal_all(fmt::format("checkpoint {}: written with model.heads = {}, this run's is {}: the same weights split into "
+                          "other heads are another model; resume with model.heads = {}, or start fresh with --resume never",
+                          path, written.model.heads, deck.model.heads, written.model.heads));
   *momentum_started = written.optim.name == "sgd" && written.optim.momentum == 0 && deck.optim.momentum != 0;
   if (written.optim.name != deck.optim.name)
     fatal_all(fmt::format("checkpoint {}: written with optim.name = {}, this run's is {}: its optimizer state does not "
