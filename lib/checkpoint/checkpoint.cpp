@@ -802,7 +802,8 @@ Reader::Reader(const std::string& path) : path_(path) {
     // Files of older writers have neither line.
     if (m.count("deck_crc32") && num("deck_crc32") != text_crc(meta_.deck))
       fatal_all(fmt::format("checkpoint {}: its deck (attribute 'deck') is damaged: it fails its checksum", path));
-    if (m.count("datasets_crc32") && num("datasets_crc32") != text_crc(dataset_manifest(*file_)))
+    if (m.count("datasets_crc32") &&
+        num("datasets_crc32") != text_crc(read_or_refuse(path, "/", [&] { return dataset_manifest(*file_); })))
       fatal_all(fmt::format("checkpoint {}: its tensor names are damaged ({} datasets written, {} now; the names fail "
                             "their checksum)",
                             path, m["datasets"], hdf5::dataset_names(*file_).size()));

@@ -57,21 +57,19 @@ void set_abort_hook(std::function<void(int)> hook) {
 
 void abort_all_ranks(int code) {
   // The hook writes a file: on a hung file system it would hold the abort forever. It runs on a
-  // thread of its own, given 2 s; an exception from it is dropped (the abort comes first).
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> finished = done->get_future();
+  // thread of its own, given 5 s; whatever it throws is dropped (the abort comes first).
   try {
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
     std::thread([code, done] {
-      {
+      try {
         std::lock_guard<std::mutex> lock(g_abort_hook_mutex);
-        try {
-          if (g_abort_hook) g_abort_hook(code);
-        } catch (...) {
-        }
+        if (g_abort_hook) g_abort_hook(code);
+      } catch (...) {
       }
       done->set_value();
     }).detach();
-    finished.wait_for(std::chrono::seconds(2));
+    finished.wait_for(std::chrono::seconds(5));
   } catch (...) {  // no thread to be had: the abort without the hook
   }
   std::fflush(stdout);

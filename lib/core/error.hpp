@@ -70,7 +70,7 @@ inline int exit_code_for(const std::exception_ptr& error) {
 // What the aborting rank records before abort_all_ranks ends it, given the exit code: rank 0's
 // goodput record while it trains (the watchdog's abort would leave it without one). One at a
 // time; an empty function removes it (waiting for a call under way). It runs on a thread of its
-// own, and the abort goes on after 2 s whether it returned or not.
+// own, and the abort goes on after 5 s whether it returned or not.
 void set_abort_hook(std::function<void(int)> hook);
 [[noreturn]] void fatal_one(const std::string& message);
 

@@ -58,7 +58,7 @@ std::string check_deck_changes(const config::Deck& deck, const checkpoint::Meta&
                      written.run.seed != deck.run.seed
                          ? " (run.seed sets the data order: from here on it is not the uninterrupted run's)"
                          : "",
-                     *momentum_started ? " (the momentum buffer, which the file does not hold, starts at zero)" : "");
+                     *momentum_started ? ". SGD's momentum buffer, which the file does not hold, starts at zero" : "");
 }
 
 // What ranks compare to know they read the same checkpoint file.

@@ -369,4 +369,8 @@ TEST_F(StudyReport, LinkedRunFoldersAreReadAndEachRunOnce) {
   const auto s = load_study({study, study, (dir_ / "study/ranks_2").string()}, "");
   ASSERT_EQ(s.runs.size(), 2u);
   EXPECT_NEAR(run_of(s, 2).speedup, 5.0 / 3.0, 1e-12);
+  // Nothing below a run folder is searched (its checkpoints, a link to scratch): a report.json
+  // there is not another run of the study.
+  run("kept/ranks_2/scratch/copy", 2, 1, 0.030, 64);
+  ASSERT_EQ(load_study({study}, "").runs.size(), 2u);
 }
