@@ -60,7 +60,9 @@ inline std::map<std::string, std::vector<char>> datasets_of(const std::string& p
 }
 
 // The root's "meta" attribute: the training state (step, data cursor, optimizer steps, loss
-// scale, the epoch's loss so far) and the layout, as text.
+// scale, the epoch's loss so far) and the layout, as text, less its deck_crc32 line: the runs
+// compared differ in their decks (a resumed run's output folder and step count), which the deck
+// attribute holds and these comparisons leave out.
 inline std::string meta_of(const std::string& path) {
   std::string text;
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -74,6 +76,7 @@ inline std::string meta_of(const std::string& path) {
     H5Aclose(attr);
   }
   H5Fclose(file);
+  if (const auto at = text.find("deck_crc32="); at != std::string::npos) text.erase(at, text.find('\n', at) + 1 - at);
   return text;
 }
 
