@@ -123,12 +123,16 @@ std::string meta_text(const Meta& m) {
       m.epoch_loss_steps);
 }
 
-// The file's dataset names, sorted, as one text: the metadata holds its CRC-32 and count, since the
-// blocks' checksums cover each tensor's data but not the name it is found under.
-std::string dataset_manifest(hid_t file) {
+// The file's dataset names: how many, and the CRC-32 of their sorted list. The metadata holds both,
+// since the blocks' checksums cover each tensor's data but not the name it is found under.
+struct DatasetManifest {
+  size_t count = 0;
+  long long crc = 0;
+};
+DatasetManifest dataset_manifest(hid_t file) {
   auto names = hdf5::dataset_names(file);
   std::sort(names.begin(), names.end());
-  return fmt::format("{}", fmt::join(names, "\n"));
+  return {names.size(), text_crc(fmt::format("{}", fmt::join(names, "\n")))};
 }
 
 std::map<std::string, std::string> parse_lines(const std::string& text) {
@@ -576,10 +580,9 @@ std::string add_attributes(const Layout& layout, const std::vector<int64_t>& all
   }
   if (ok) {
     // The deck and the dataset names under the metadata's checksum too (what the blocks' do not cover).
-    const std::string manifest = dataset_manifest(file);
+    const DatasetManifest manifest = dataset_manifest(file);
     const std::string text = meta_text(meta) + fmt::format("deck_crc32={}\ndatasets={}\ndatasets_crc32={}\n",
-                                                           text_crc(meta.deck),
-                                                           hdf5::dataset_names(file).size(), text_crc(manifest));
+                                                           text_crc(meta.deck), manifest.count, manifest.crc);
     hdf5::write_string_attribute(file, "meta", text);
     hdf5::write_string_attribute(file, "deck", meta.deck);
     hdf5::write_int_attribute(file, "meta_crc32", text_crc(text));
@@ -802,11 +805,13 @@ Reader::Reader(const std::string& path) : path_(path) {
     // Files of older writers have neither line.
     if (m.count("deck_crc32") && num("deck_crc32") != text_crc(meta_.deck))
       fatal_all(fmt::format("checkpoint {}: its deck (attribute 'deck') is damaged: it fails its checksum", path));
-    if (m.count("datasets_crc32") &&
-        num("datasets_crc32") != text_crc(read_or_refuse(path, "/", [&] { return dataset_manifest(*file_); })))
-      fatal_all(fmt::format("checkpoint {}: its tensor names are damaged ({} datasets written, {} now; the names fail "
-                            "their checksum)",
-                            path, m["datasets"], hdf5::dataset_names(*file_).size()));
+    if (m.count("datasets_crc32")) {
+      const DatasetManifest now = read_or_refuse(path, "/", [&] { return dataset_manifest(*file_); });
+      if (num("datasets_crc32") != now.crc)
+        fatal_all(fmt::format("checkpoint {}: its tensor names are damaged ({} datasets written, {} now; the names "
+                              "fail their checksum)",
+                              path, m["datasets"], now.count));
+    }
   } catch (...) {
     file_.reset();
     throw;
