@@ -335,12 +335,20 @@ void log_layout(const Trainer::State& s) {
 
 // A requeued job whose run had already finished: the checkpoint holds the trained model and
 // report.json / metrics.jsonl describe that run. Rewriting them from zero steps would put zero
-// throughput and no losses where the real figures are; evaluate and leave them be.
+// throughput and no losses where the real figures are; evaluate and leave them be. A finished
+// checkpoint resumed into another folder (to evaluate it at another layout, or by mistake) gets
+// no report.json or metrics.jsonl there either: a scaling study would read a zero-step run.
 Result already_trained(Trainer::State& s) {
   const Evaluation done = evaluate_test_split(s);
-  log::info("nothing to train: {} is at step {} of {}; report.json and metrics.jsonl left as they are | test "
-            "loss {:.4f} | test accuracy {:.2f}%",
-            s.restored.resumed_from, s.restored.start_step, s.stage.total_steps, done.loss, 100.0 * done.accuracy);
+  const std::string& dir = s.deck.run.output_dir;
+  const bool has_report = std::filesystem::exists(dir + "/report.json");
+  log::info("nothing to train: {} is at step {} of {}; {} | test loss {:.4f} | test accuracy {:.2f}%",
+            s.restored.resumed_from, s.restored.start_step, s.stage.total_steps,
+            has_report ? std::string("report.json and metrics.jsonl left as they are")
+                       : fmt::format("no report.json or metrics.jsonl written in {} (raise run.max_steps or "
+                                     "run.epochs to train on from it)",
+                                     dir),
+            done.loss, 100.0 * done.accuracy);
   s.watchdog->stop();
   Result result;
   result.steps = s.stage.total_steps;
@@ -391,7 +399,8 @@ std::string eta_text(double seconds) {
 class ProgressLog {
  public:
   ProgressLog(const Trainer::State& s, Result& result) : s_(s), result_(result) {
-    if (s.conn.world.rank == 0)
+    // A run resumed at its last step trains nothing and writes no records (already_trained).
+    if (s.conn.world.rank == 0 && s.restored.start_step < s.stage.total_steps)
       metrics_ = std::make_unique<report::MetricsLog>(s.deck.run.output_dir + "/metrics.jsonl", s.restored.start_step);
   }
   void step_done() { ++window_steps_; }

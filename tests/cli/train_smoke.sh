@@ -42,4 +42,14 @@ again=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.
 grep -q "nothing to train: .*step_0000012.h5 is at step 12 of 12" <<<"$again" || fail "no 'nothing to train' line: $again"
 [ "$(md5sum runs/smoke/report.json runs/smoke/metrics.jsonl runs/smoke/checkpoints/*)" = "$before" ] ||
   fail "resuming a finished run changed its files"
+# Its last checkpoint resumed into another folder: exit 0 with its test figures, and no report.json
+# or metrics.jsonl there, where a scaling study would read a zero-step run (an empty
+# metrics.jsonl was left there, and a line saying report.json was "left as it is").
+other=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke_other \
+        --set run.max_steps=12 --set optim.global_batch=64 --set optim.micro_batch=16 \
+        --resume runs/smoke/checkpoints/step_0000012.h5 2>&1) || fail "a finished checkpoint in another folder: $other"
+grep -q "nothing to train: .* no report.json or metrics.jsonl written in runs/smoke_other .* test accuracy" <<<"$other" ||
+  fail "no line saying what the other folder gets: $other"
+[ ! -e runs/smoke_other/report.json ] && [ ! -e runs/smoke_other/metrics.jsonl ] ||
+  fail "the other folder got a report.json or metrics.jsonl: $(ls runs/smoke_other)"
 echo PASS
