@@ -28,37 +28,48 @@ data::Range owned_range(const Connection& conn, const StageParts& st) {
   return parallel::ElementPartition(st.flat->numel(), conn.topology->dp()).range(conn.topology->dp_rank());
 }
 
-// The deck the checkpoint was written with (its resolved deck), against this run's: AdamW's moments
-// mean nothing to SGD and the reverse, so a resume keeps the optimizer that wrote the file; other
-// changed keys are listed for the log (a changed run.seed changes the data order from here on).
-// A deck this trident cannot read is left to the tensor checks.
-// `momentum_started`: set when SGD gains momentum (written with optim.momentum = 0, which keeps no
-// buffer): the buffer starts at zero, as a fresh run's does (its first step is PyTorch's).
-std::string check_deck_changes(const config::Deck& deck, const checkpoint::Meta& meta, const std::string& path,
-                               bool* momentum_started) {
+// The deck the checkpoint was written with (its resolved deck), against this run's: the changed
+// keys for the log (a changed run.seed changes the data order from here on), and what refuses the
+// resume though every tensor's shape matches. A deck this trident cannot read is left to the
+// tensor checks.
+struct DeckComparison {
+  std::string changes;  // "" for none
+  // Set when SGD gains momentum (written with optim.momentum = 0, which keeps no buffer): the
+  // buffer starts at zero, as a fresh run's does (its first step is PyTorch's).
+  bool momentum_started = false;
+  // Another model of the same shapes (model.heads), or another optimizer (AdamW's moments mean
+  // nothing to SGD and the reverse). Said after the shape checks: a model whose shapes changed too
+  // is refused by them, with every changed key, not by its heads alone.
+  std::string refusal;
+};
+
+DeckComparison compare_decks(const config::Deck& deck, const checkpoint::Meta& meta, const std::string& path) {
+  DeckComparison out;
   config::Deck written;
   try {
     written = config::parse_deck_text(meta.deck, path, {});
   } catch (const BadInput&) {
-    return "";
+    return out;
   }
-  // The one model key whose change keeps every tensor's shape (the tensor checks cannot see it).
   if (written.model.kind == "gpt" && deck.model.kind == "gpt" && written.model.heads != deck.model.heads)
-    fatal_all(fmt::format("checkpoint {}: written with model.heads = {}, this run's is {}: the same weights split into "
-                          "other heads are another model; resume with model.heads = {}, or start fresh with --resume never",
-                          path, written.model.heads, deck.model.heads, written.model.heads));
-  *momentum_started = written.optim.name == "sgd" && written.optim.momentum == 0 && deck.optim.momentum != 0;
-  if (written.optim.name != deck.optim.name)
-    fatal_all(fmt::format("checkpoint {}: written with optim.name = {}, this run's is {}: its optimizer state does not "
-                          "carry over; resume with optim.name = {}, or start fresh with --resume never",
-                          path, written.optim.name, deck.optim.name, written.optim.name));
+    out.refusal = fmt::format("checkpoint {}: written with model.heads = {}, this run's is {}: the same weights split "
+                              "into other heads are another model; resume with model.heads = {}, or start fresh with "
+                              "--resume never",
+                              path, written.model.heads, deck.model.heads, written.model.heads);
+  else if (written.optim.name != deck.optim.name)
+    out.refusal = fmt::format("checkpoint {}: written with optim.name = {}, this run's is {}: its optimizer state does "
+                              "not carry over; resume with optim.name = {}, or start fresh with --resume never",
+                              path, written.optim.name, deck.optim.name, written.optim.name);
+  out.momentum_started = written.optim.name == "sgd" && written.optim.momentum == 0 && deck.optim.momentum != 0;
   const std::vector<std::string> changed = config::changed_keys(written, deck);
-  if (changed.empty()) return "";
-  return fmt::format("deck keys changed since the checkpoint was written: {}{}{}", fmt::join(changed, ", "),
-                     written.run.seed != deck.run.seed
-                         ? " (run.seed sets the data order: from here on it is not the uninterrupted run's)"
-                         : "",
-                     *momentum_started ? ". SGD's momentum buffer, which the file does not hold, starts at zero" : "");
+  if (changed.empty()) return out;
+  out.changes = fmt::format("deck keys changed since the checkpoint was written: {}{}{}", fmt::join(changed, ", "),
+                            written.run.seed != deck.run.seed
+                                ? " (run.seed sets the data order: from here on it is not the uninterrupted run's)"
+                                : "",
+                            out.momentum_started ? ". SGD's momentum buffer, which the file does not hold, starts at zero"
+                                                 : "");
+  return out;
 }
 
 // What ranks compare to know they read the same checkpoint file.
@@ -92,8 +103,9 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     const checkpoint::Reader& reader = *opened;
     const auto& meta = reader.meta();
     // Another model first: its batch and step count would only mislead.
-    bool momentum_started = false;
-    restored.deck_changes = check_deck_changes(deck, meta, path, &momentum_started);
+    const DeckComparison decks = compare_decks(deck, meta, path);
+    const bool momentum_started = decks.momentum_started;
+    restored.deck_changes = decks.changes;
     try {
       reader.check_shapes("params", st.plan->placed_parameters());
       reader.check_shapes("buffers", st.plan->placed_buffers());
@@ -101,6 +113,7 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
       if (restored.deck_changes.empty()) throw;
       fatal_all(fmt::format("{} ({})", e.what(), restored.deck_changes));
     }
+    if (!decks.refusal.empty()) fatal_all(decks.refusal);
     if (meta.global_batch != deck.optim.global_batch)
       fatal_all(fmt::format("checkpoint {}: written with optim.global_batch = {}; resuming needs the same global "
                             "batch (its data cursor is sample {}): resume with optim.global_batch = {}, or start "

@@ -6,7 +6,9 @@
 #             says so. It was refused as "tensor /optim/momentum_buffer/... is missing (another
 #             model?)", naming neither optim.momentum nor the changed keys.
 #   heads     a gpt resumed with another model.heads (every tensor the same shape) is refused,
-#             naming the key (exit 2, nothing written): it trained another model to exit 0.
+#             naming the key (exit 2, nothing written): it trained another model to exit 0. With
+#             model.d_model changed too, the tensor check refuses it, naming both keys (the heads
+#             check ran first and named heads alone).
 source "$(dirname "$0")/common.sh" "$1" "$2" 512
 args=(--set data.path=syn.h5 --set model.kind=mlp --set run.threads=1 --set optim.global_batch=32 --set optim.name=sgd
       --set optim.lr=0.05 --set checkpoint.every_steps=4)
@@ -37,4 +39,13 @@ set -e
 refused heads heads.log $rc
 grep -q "written with model.heads = 2, this run's is 4" heads.log || fail "heads: the key is not named"
 [ ! -e runs/heads ] || fail "heads: the refused run wrote runs/heads"
+set +e
+"$mpiexec" -n 1 "$trident" train /dev/null "${gpt[@]}" --set model.heads=4 --set model.d_model=32 --set run.max_steps=4 \
+  --set run.output_dir=runs/wider --resume runs/gpt/checkpoints/step_0000002.h5 >wider.log 2>&1
+rc=$?
+set -e
+refused wider wider.log $rc
+grep -q "model.d_model 16 -> 32" wider.log && grep -q "model.heads 2 -> 4" wider.log ||
+  fail "heads and d_model: not both named: $(grep error wider.log)"
+[ ! -e runs/wider ] || fail "heads and d_model: the refused run wrote runs/wider"
 echo PASS
