@@ -780,7 +780,25 @@ Reader::Reader(const std::string& path) : path_(path) {
     if (m["format_version"] != std::to_string(kFormatVersion))
       fatal_all(fmt::format("checkpoint {}: format version {} (this trident reads version {})", path,
                             m["format_version"], kFormatVersion));
-    auto num = [&](const char* key) { return std::stoll(m[key]); };
+    // A line its checksum covers yet that reads as no number (a writer's fault, or a hand-edited
+    // file given a fresh checksum) is damage too: bad input, which --resume auto passes over.
+    auto number_line = [&](const char* key, auto parse) {
+      const std::string& text = m[key];
+      size_t used = 0;
+      try {
+        const auto value = parse(text, &used);
+        if (used == text.size()) return value;
+      } catch (const std::exception&) {
+      }
+      fatal_all(fmt::format("checkpoint {}: metadata line '{}' is {}", path, key,
+                            text.empty() ? std::string("missing") : fmt::format("not a number ('{}')", text)));
+    };
+    auto num = [&](const char* key) {
+      return number_line(key, [](const std::string& t, size_t* used) { return std::stoll(t, used); });
+    };
+    auto real = [&](const char* key) {
+      return number_line(key, [](const std::string& t, size_t* used) { return std::stod(t, used); });
+    };
     meta_.step = num("step");
     meta_.epoch = num("epoch");
     meta_.cursor = num("cursor");
@@ -793,12 +811,12 @@ Reader::Reader(const std::string& path) : path_(path) {
     meta_.trident_version = m["trident_version"];
     meta_.torch_version = m["torch_version"];
     if (m.count("loss_scale")) {
-      meta_.loss_scale = std::stod(m["loss_scale"]);
+      meta_.loss_scale = real("loss_scale");
       meta_.loss_scale_good_steps = num("loss_scale_good_steps");
       meta_.skipped_steps = num("skipped_steps");
     }
     if (m.count("epoch_loss_sum")) {
-      meta_.epoch_loss_sum = std::stod(m["epoch_loss_sum"]);
+      meta_.epoch_loss_sum = real("epoch_loss_sum");
       meta_.epoch_loss_steps = num("epoch_loss_steps");
     }
     meta_.deck = hdf5::read_string_attribute(*file_, "deck");

@@ -4,6 +4,8 @@
 # asked to continue is left exactly as it was (every file's checksum compared).
 #   other_shape    written by mlp 256,128, resumed by mlp 64
 #   other_version  format version rewritten to 99 (metadata checksum kept valid)
+#   garbled_step   the step line rewritten to "4x", checksum kept valid (it threw
+#                  std::invalid_argument: a fault, which --resume auto did not pass over)
 #   corrupt        bytes in the middle of a tensor overwritten
 #   truncated      the file cut in half
 #   renamed        a byte of a tensor's name changed (the blocks' checksums cover data, not names)
@@ -18,7 +20,8 @@ args=(--set data.path=syn.h5 --set run.max_steps=4 --set run.threads=1 --set opt
       --set optim.micro_batch=16 --set model.kind=mlp --set run.output_dir=runs/src)
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" >src.log 2>&1 || fail "training failed: $(tail -3 src.log)"
 good=runs/src/checkpoints/step_0000004.h5
-cp "$good" other_version.h5 && "$make_bad" format-version other_version.h5 99
+cp "$good" other_version.h5 && "$make_bad" meta-line other_version.h5 format_version 99
+cp "$good" garbled_step.h5 && "$make_bad" meta-line garbled_step.h5 step 4x
 cp "$good" corrupt.h5
 size=$(stat -c %s "$good")
 printf 'trident-damage-%.0s' $(seq 64) | dd of=corrupt.h5 bs=1 seek=$((size / 2)) conv=notrunc status=none
@@ -63,6 +66,8 @@ expect_bad fewer_layers "checkpoint runs/deep/checkpoints/step_0000001.h5: it ho
   --set model.hidden=64,64 --resume runs/deep/checkpoints/step_0000001.h5
 expect_bad other_version "checkpoint other_version.h5: format version 99 \(this trident reads version [0-9]+\)" \
   --resume other_version.h5
+expect_bad garbled_step "checkpoint garbled_step.h5: metadata line 'step' is not a number \('4x'\)" \
+  --resume garbled_step.h5
 expect_bad corrupt "checkpoint corrupt.h5: .*(checksum|damaged)" --resume corrupt.h5
 expect_bad truncated "checkpoint truncated.h5: .*(truncated|damaged)" --resume truncated.h5
 expect_bad renamed "checkpoint renamed.h5: its tensor names are damaged" --resume renamed.h5
