@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -296,6 +297,8 @@ int64_t resolved_micro_batch(const Deck& deck, int world_size) {
 
 std::vector<int64_t> hidden_sizes(const Deck& deck) {
   std::vector<int64_t> sizes;
+  // getline drops an empty last item: "16," would read as "16", while "16,,8" is refused.
+  if (trim(deck.model.hidden).empty() || trim(deck.model.hidden).back() == ',') return {};
   std::stringstream in(deck.model.hidden);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -307,6 +310,11 @@ std::vector<int64_t> hidden_sizes(const Deck& deck) {
 }
 
 constexpr int64_t kMaxThreads = 1024;
+// Counts kept as int (checkpoints kept, layer indices), and counts of things per rank that
+// nobody needs more than a thousand of (micro-batches read ahead, pipeline chunks per rank): a
+// larger value wrapped to another, or to 0, which pruned every checkpoint.
+constexpr int64_t kMaxIntCount = 2147483647;
+constexpr int64_t kMaxPerRank = 1024;
 
 std::vector<std::string> validate(const Deck& d, const Environment& env) {
   std::vector<std::string> errors;
@@ -322,6 +330,9 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   };
   auto at_least = [&](const std::string& key, double value, double min) {
     if (value < min) fail(key, fmt::format("{} is out of range (must be >= {})", value, min));
+  };
+  auto at_most = [&](const std::string& key, int64_t value, int64_t max, const char* why) {
+    if (value > max) fail(key, fmt::format("{} is out of range (at most {}{})", value, max, why));
   };
 
   if (d.run.name.empty() || !std::regex_match(d.run.name, std::regex("[A-Za-z0-9_.+-]+")))
@@ -348,6 +359,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
 
   if (d.data.path.empty()) fail("data.path", "must not be empty");
   at_least("data.prefetch", static_cast<double>(d.data.prefetch), 0);
+  at_most("data.prefetch", d.data.prefetch, kMaxPerRank, " micro-batches");
 
   at_least("run.peak_tflops", d.run.peak_tflops, 0);
   if (one_of("model.kind", d.model.kind, {"mlp", "cnn", "gpt"}) && d.model.kind == "mlp") {
@@ -370,16 +382,31 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
 
   const int64_t pp = d.parallel.pp;
   if (pp < 1) fail("parallel.pp", fmt::format("{} is out of range (must be >= 1)", pp));
-  if (!std::regex_match(d.parallel.boundaries, std::regex(" *([0-9]+ *(, *[0-9]+ *)*)?")))
+  if (!std::regex_match(d.parallel.boundaries, std::regex(" *([0-9]+ *(, *[0-9]+ *)*)?"))) {
     fail("parallel.boundaries", fmt::format("'{}' must be a comma-separated list of layer indices", d.parallel.boundaries));
+  } else {
+    std::stringstream in(d.parallel.boundaries);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      int64_t index = 0;
+      if (!parse_value(item, index) || index > kMaxIntCount) {
+        fail("parallel.boundaries",
+             fmt::format("{} is out of range for a layer index{}", trim(item),
+                         trim(item) == trim(d.parallel.boundaries) ? "" : " (in '" + d.parallel.boundaries + "')"));
+        break;
+      }
+    }
+  }
   int64_t dp = 0;
   if (d.parallel.dp != "auto" && (!parse_value(d.parallel.dp, dp) || dp < 1)) {
     fail("parallel.dp", fmt::format("'{}' must be auto or a positive integer", d.parallel.dp));
   } else if (pp >= 1) {
     dp = resolved_dp(d, env.world_size);
-    if (d.parallel.dp == "auto" && pp > env.world_size)
+    if (pp > env.world_size)
       fail("parallel.pp", fmt::format("{} pipeline stages, but the job has only {} rank{} (each stage needs one)", pp,
                                       env.world_size, env.world_size == 1 ? "" : "s"));
+    else if (dp > std::numeric_limits<int64_t>::max() / pp)  // dp x pp below would overflow
+      fail("parallel.dp", fmt::format("dp({}) x pp({}) > world size {}", dp, pp, env.world_size));
     else if (d.parallel.dp == "auto" && env.world_size % pp != 0)
       fail("parallel.pp", fmt::format("world size {} is not divisible by parallel.pp({})", env.world_size, pp));
     else if (dp * pp != env.world_size)
@@ -400,6 +427,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   } else if (v != 1) {
     fail("parallel.virtual_stages", fmt::format("{}: several chunks per rank need parallel.schedule = interleaved", v));
   }
+  at_most("parallel.virtual_stages", v, kMaxPerRank, " chunks per rank");
   if (one_of("parallel.backend", d.parallel.backend, {"auto", "mpi", "nccl"}) && d.parallel.backend == "nccl") {
     if (!env.cuda_available) fail("parallel.backend", "'nccl' requested, but " + env.no_cuda_reason);
     else if (d.run.device == "cpu") fail("parallel.backend", "'nccl' moves CUDA tensors; run.device = cpu trains on the CPU (use mpi)");
@@ -443,6 +471,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   at_least("checkpoint.every_steps", static_cast<double>(d.checkpoint.every_steps), 0);
   at_least("checkpoint.every_minutes", d.checkpoint.every_minutes, 0);
   at_least("checkpoint.keep_last", static_cast<double>(d.checkpoint.keep_last), 1);
+  at_most("checkpoint.keep_last", d.checkpoint.keep_last, kMaxIntCount, "");
   return errors;
 }
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "config/deck.hpp"
 #include "train/same_deck.hpp"
@@ -286,6 +289,38 @@ TEST(Deck, ThreadsAndWatchdogTimeoutHaveLimits) {
     EXPECT_EQ(validation_message(std::string("[run]\nfail_timeout_s = ") + good + "\n"), "") << good;
   EXPECT_NE(validation_message("[run]\nmax_steps = 5\nepochs = -1\n").find("run.epochs: -1 is out of range"),
             std::string::npos);
+}
+
+// Integers past what the code keeps them in wrapped to other values: keep_last 2^32 became 0 and
+// pruned every checkpoint (exit 0), virtual_stages 2^32 a division by zero, a boundary of 3e9 a
+// std::stoi fault; dp 2^62 x pp 4 overflowed the layout check.
+TEST(Deck, CountsHaveUpperLimits) {
+  const std::vector<std::pair<std::string, std::string>> refused{
+      {"[checkpoint]\nkeep_last = 4294967296\n", "checkpoint.keep_last: 4294967296 is out of range (at most 2147483647)"},
+      {"[data]\nprefetch = 1025\n", "data.prefetch: 1025 is out of range (at most 1024 micro-batches)"},
+      {"[parallel]\npp = 2\nschedule = interleaved\nvirtual_stages = 4294967296\n",
+       "parallel.virtual_stages: 4294967296 is out of range (at most 1024 chunks per rank)"},
+      {"[parallel]\npp = 2\nboundaries = 3000000000\n",
+       "parallel.boundaries: 3000000000 is out of range for a layer index"},
+      {"[parallel]\npp = 2\nboundaries = 99999999999999999999\n",
+       "parallel.boundaries: 99999999999999999999 is out of range for a layer index"},
+      {"[parallel]\ndp = 4611686018427387904\npp = 4\n", "parallel.pp: 4 pipeline stages, but the job has only 2 ranks"},
+      {"[parallel]\ndp = 4611686018427387904\npp = 2\n", "parallel.dp: dp(4611686018427387904) x pp(2) > world size 2"},
+  };
+  for (const auto& [text, expected] : refused)
+    EXPECT_NE(validation_message(text).find(expected), std::string::npos) << text << validation_message(text);
+  EXPECT_EQ(validation_message("[checkpoint]\nkeep_last = 2147483647\n"), "");
+  EXPECT_EQ(validation_message("[data]\nprefetch = 1024\n"), "");
+  EXPECT_EQ(validation_message("[parallel]\npp = 2\nboundaries = 2147483647\n"), "");  // the model's check
+}
+
+TEST(Deck, HiddenWidthsWithAnEmptyItemAreRefused) {
+  for (const char* hidden : {"16,", "16,,8", ",16", " 16 , "})
+    EXPECT_NE(validation_message(std::string("[model]\nkind = mlp\nhidden = ") + hidden + "\n")
+                  .find("must be a comma-separated list of positive widths"),
+              std::string::npos)
+        << hidden;
+  EXPECT_EQ(validation_message("[model]\nkind = mlp\nhidden = 16, 8\n"), "");
 }
 
 TEST(Deck, UnknownVariableInOutputDirIsNamed) {
