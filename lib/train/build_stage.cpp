@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "comm/mpi_communicator.hpp"
@@ -141,6 +142,16 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   st.sampler = std::make_unique<data::GlobalSampler>(st.train_split->size(), deck.optim.global_batch,
                                                      static_cast<uint64_t>(deck.run.seed));
   const int64_t per_epoch = st.sampler->steps_per_epoch();
+  // The data cursor counts the run's samples (steps x global batch) in 64 bits: a run past that
+  // wrapped to a negative step count, or faulted reading samples at no index.
+  const int64_t most_steps = std::numeric_limits<int64_t>::max() / deck.optim.global_batch;
+  if (deck.run.max_steps > most_steps)
+    fatal_all(fmt::format("run.max_steps: {} is out of range (at most {} steps of optim.global_batch = {} samples)",
+                          deck.run.max_steps, most_steps, deck.optim.global_batch));
+  if (deck.run.max_steps == 0 && per_epoch > 0 && deck.run.epochs > most_steps / per_epoch)
+    fatal_all(fmt::format("run.epochs: {} is out of range (at most {} epochs of {} steps of optim.global_batch = {} "
+                          "samples)",
+                          deck.run.epochs, most_steps / per_epoch, per_epoch, deck.optim.global_batch));
   st.total_steps = deck.run.max_steps > 0 ? deck.run.max_steps : deck.run.epochs * per_epoch;
   st.epochs = (st.total_steps + per_epoch - 1) / per_epoch;
 

@@ -328,6 +328,14 @@ void log_layout(const Trainer::State& s) {
   if (deck.parallel.zero > 0 && topo.dp() == 1)
     log::info("note: parallel.zero = {} at dp 1 shards nothing (each rank holds its whole stage, as at zero 0)",
               deck.parallel.zero);
+  // A deck's warmup kept while max_steps was cut for a short test run: legal, but not what it reads as.
+  const bool cosine = deck.optim.lr_schedule == "cosine";
+  const int64_t warmup = deck.optim.warmup_steps, steps = s.stage.total_steps;
+  if (warmup > 0 && (warmup > steps || (cosine && warmup == steps)))
+    log::info("note: optim.warmup_steps = {} is {} this run's {} steps: the learning rate ends at {:.3e}{}{}", warmup,
+              warmup > steps ? "longer than" : "as long as", steps, s.stage.schedule.at(steps - 1),
+              warmup > steps ? fmt::format(", below optim.lr = {:.3e}", deck.optim.lr) : "",
+              cosine ? ", and its cosine decay never starts" : "");
   if (deck.parallel.schedule == "zb-h1" && topo.pp() == 1)
     log::info("note: parallel.schedule = zb-h1 at pp 1 has no pipeline bubble for its split backward to fill");
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
