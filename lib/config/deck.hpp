@@ -30,7 +30,7 @@
 #define TRIDENT_DECK_DATA(X)                                                                    \
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \
     "HDF5 dataset with groups /train and /test holding inputs and labels (or tokens, for gpt)")                      \
-  X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread (>= 0); 0 = read inline") \
+  X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread (0 to 1024); 0 = read inline") \
   X(data, check_finite, bool, false, "scan the float inputs for NaN/Inf when opening the dataset") \
   X(data, verify_checksums, bool, true,                                                         \
     "check the dataset's CRC-32 blocks (prepare-data writes them) when opening it, each rank its share; false = skip")
@@ -55,7 +55,7 @@
   X(parallel, schedule, std::string, "1f1b",                                                    \
     "pipeline schedule: gpipe | 1f1b | zb-h1 (1f1b with each backward split: weight gradients fill the bubbles) | interleaved (Megatron's interleaved 1f1b over parallel.virtual_stages chunks per rank)") \
   X(parallel, virtual_stages, int64_t, 1,                                                       \
-    "interleaved: model chunks per rank (>= 2); the layers are cut into pp x v chunks, rank r holding chunks r, r + pp, ...") \
+    "interleaved: model chunks per rank (2 to 1024); the layers are cut into pp x v chunks, rank r holding chunks r, r + pp, ...") \
   X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: nccl for CUDA tensors, mpi for CPU ones and for ranks sharing a GPU)") \
   X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB (> 0)")
 
