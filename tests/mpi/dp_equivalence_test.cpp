@@ -75,7 +75,7 @@ TEST(Determinism, SameSeedSameLossSequence) {
 // chunk's activations at a time): the chunk size changes the summation order only. Also, every
 // replica holds the same batch-norm statistics (averaged every step), so evaluating again gives
 // the same figures.
-TEST(DpEquivalence, EvaluationDoesNotDependOnTheChunkSize) {
+TEST(Evaluation, DoesNotDependOnTheChunkSize) {
   auto deck = test_support::tiny_deck("cnn", "eval_chunks");
   deck.run.output_dir = test_support::shared_scratch_dir() + "/eval_chunks";
   train::Trainer trainer(deck, MPI_COMM_WORLD);

@@ -2,6 +2,7 @@
 // bytes), and data parallelism, pipelining and ZeRO-3 change nothing but where it runs.
 #include <cmath>
 
+#include "checkpoint_files.hpp"
 #include "train_helpers.hpp"
 
 using namespace trident;
@@ -42,6 +43,19 @@ void expect_same_training(const Trained& layout, const Trained& one, const std::
 }
 
 }  // namespace
+
+// README: "the GPT computes the same step whatever the micro-batch" (4 accumulated micro-batches
+// of 4 against one of 16, as Accumulation checks the mlp).
+TEST(GptTraining, AccumulatedMicroBatchesEqualOneBatch) {
+  if (world_size() > 1) GTEST_SKIP() << "one rank against itself: np 1 covers it";
+  auto deck = tiny_gpt_deck("gpt_accumulation");
+  deck.optim.micro_batch = "16";
+  const auto whole = train_on(deck, MPI_COMM_SELF, "micro16");
+  deck.optim.micro_batch = "4";
+  const auto accumulated = train_on(deck, MPI_COMM_SELF, "micro4");
+  expect_same_training(accumulated, whole, "gpt: 4 micro-batches of 4 vs 1 of 16");
+  expect_same_gradient_norms(accumulated, whole, "gpt: 4 micro-batches of 4 vs 1 of 16");
+}
 
 TEST(GptTraining, LossFallsOnTheTextCorpus) {
   if (world_size() > 2) GTEST_SKIP() << "a single-rank run; np 1 and 2 cover it";
@@ -167,4 +181,7 @@ TEST(GptCheckpoint, ResumeIsBitExact) {
   ASSERT_EQ(params.size(), straight.params.size());
   for (size_t i = 0; i < params.size(); ++i)
     EXPECT_TRUE(torch::equal(params[i].second, straight.params[i].second)) << params[i].first;
+  // Every tensor of the final files, AdamW's moments and each rank's RNG state included.
+  expect_identical_checkpoints(straight.output_dir + "/checkpoints/step_0000006.h5",
+                               deck.run.output_dir + "/checkpoints/step_0000006.h5", "gpt resumed at step 3");
 }

@@ -3,7 +3,7 @@
 # signals the batch shell (what --signal=B:USR1@N does before a time limit; here sent at a known
 # moment with `scancel --signal=USR1 --batch`), the trap passes it to the ranks, trident
 # checkpoints and exits 3, the job requeues itself, and the second start resumes and ends with
-# the same final loss as an uninterrupted run.
+# the same final loss and final checkpoint (every tensor) as an uninterrupted run.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" preempt_requeue
 export TRIDENT=$trident
 steps=4000
@@ -32,6 +32,10 @@ grep -E "SIGUSR1 received|stopped by a signal|exited with|requeueing|restart 1\)
 a=$(final_loss "$work/ref/metrics.jsonl" $steps) b=$(final_loss "$work/pre/metrics.jsonl" $steps)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "final loss $b after preemption and requeue, $a uninterrupted"
 echo "final loss $a both ways, after $(elapsed)"
+# And every tensor of the final checkpoints (parameters, AdamW's moments, buffers), bit for bit.
+last=checkpoints/step_$(printf %07d $steps).h5
+"$trident" compare "$work/ref/$last" "$work/pre/$last" >"$work/compare.txt" 2>&1 ||
+  fail "the final checkpoints differ after preemption and requeue: $(tail -5 "$work/compare.txt")"
 
 # Goodput of the chain: the stopped lifetime (exit 3 at the step it saved) and the requeued one
 # (the same job id, +1), which resumed at that step and lost nothing.
