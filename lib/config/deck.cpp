@@ -313,7 +313,7 @@ constexpr int64_t kMaxThreads = 1024;
 // Counts kept as int (checkpoints kept, layer indices), and counts of things per rank that
 // nobody needs more than a thousand of (micro-batches read ahead, pipeline chunks per rank): a
 // larger value wrapped to another, or to 0, which pruned every checkpoint.
-constexpr int64_t kMaxIntCount = 2147483647;
+constexpr int64_t kMaxIntCount = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxPerRank = 1024;
 
 std::vector<std::string> validate(const Deck& d, const Environment& env) {
@@ -423,11 +423,11 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   const int64_t v = d.parallel.virtual_stages;
   if (d.parallel.schedule == "interleaved") {
     if (v < 2) fail("parallel.virtual_stages", fmt::format("{}: the interleaved schedule needs at least 2 chunks per rank", v));
+    else at_most("parallel.virtual_stages", v, kMaxPerRank, " chunks per rank");
     if (pp == 1) fail("parallel.schedule", "interleaved needs a pipeline (parallel.pp >= 2)");
   } else if (v != 1) {
     fail("parallel.virtual_stages", fmt::format("{}: several chunks per rank need parallel.schedule = interleaved", v));
   }
-  at_most("parallel.virtual_stages", v, kMaxPerRank, " chunks per rank");
   if (one_of("parallel.backend", d.parallel.backend, {"auto", "mpi", "nccl"}) && d.parallel.backend == "nccl") {
     if (!env.cuda_available) fail("parallel.backend", "'nccl' requested, but " + env.no_cuda_reason);
     else if (d.run.device == "cpu") fail("parallel.backend", "'nccl' moves CUDA tensors; run.device = cpu trains on the CPU (use mpi)");
