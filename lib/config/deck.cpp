@@ -389,7 +389,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
     std::string item;
     while (std::getline(in, item, ',')) {
       int64_t index = 0;
-      if (!parse_value(item, index) || index > kMaxIntCount) {
+      if (!parse_value(item, index)) {  // past 64 bits (those within are checked against the model's layers)
         fail("parallel.boundaries",
              fmt::format("{} is out of range for a layer index{}", trim(item),
                          trim(item) == trim(d.parallel.boundaries) ? "" : " (in '" + d.parallel.boundaries + "')"));
@@ -453,8 +453,10 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   at_least("optim.global_batch", static_cast<double>(d.optim.global_batch), 1);
   at_least("optim.max_micro_batch", static_cast<double>(d.optim.max_micro_batch), 1);
   int64_t micro = 0;
+  // A dp the layout check refused (one past the world size may be anything) is not divided by.
+  const bool dp_fits = dp >= 1 && dp <= env.world_size;
   if (d.optim.micro_batch == "auto") {
-    if (d.optim.global_batch >= 1 && dp >= 1 && d.optim.global_batch % dp != 0)
+    if (d.optim.global_batch >= 1 && dp_fits && d.optim.global_batch % dp != 0)
       fail("optim.global_batch", fmt::format("{} is not divisible by dp({}) (optim.micro_batch = auto splits "
                                              "global_batch / dp into micro-batches)",
                                              d.optim.global_batch, dp));
@@ -462,7 +464,11 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
     fail("optim.micro_batch", fmt::format("'{}' must be auto or a positive integer", d.optim.micro_batch));
   } else if (micro < 1) {
     fail("optim.micro_batch", fmt::format("{} is out of range (must be >= 1)", micro));
-  } else if (d.optim.global_batch >= 1 && dp >= 1 && d.optim.global_batch % (micro * dp) != 0) {
+  } else if (d.optim.global_batch >= 1 && dp_fits && micro > d.optim.global_batch / dp) {  // (micro x dp could overflow)
+    fail("optim.micro_batch", fmt::format("{} is more than a replica's share of the global batch: optim.global_batch({}) / "
+                                          "dp({}) = {}",
+                                          micro, d.optim.global_batch, dp, d.optim.global_batch / dp));
+  } else if (d.optim.global_batch >= 1 && dp_fits && d.optim.global_batch % (micro * dp) != 0) {
     fail("optim.global_batch", fmt::format("{} is not divisible by optim.micro_batch({}) x dp({}) = {} (or set "
                                            "optim.micro_batch = auto)",
                                            d.optim.global_batch, micro, dp, micro * dp));

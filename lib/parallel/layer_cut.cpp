@@ -11,18 +11,18 @@
 
 namespace trident::parallel {
 
-std::vector<int> parse_boundaries(const std::string& text) {
-  std::vector<int> out;
+std::vector<int64_t> parse_boundaries(const std::string& text) {
+  std::vector<int64_t> out;
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
     if (item.find_first_not_of(" \t") == std::string::npos) continue;
-    out.push_back(std::stoi(item));
+    out.push_back(std::stoll(item));
   }
   return out;
 }
 
-std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int>& boundaries,
+std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int64_t>& boundaries,
                             const std::string& pieces_text) {
   const int layers = static_cast<int>(layer_params.size());
   const std::string pieces = pieces_text.empty() ? fmt::format("parallel.pp = {} stages", pp) : pieces_text;
@@ -37,11 +37,11 @@ std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, co
       fatal_all(fmt::format("parallel.boundaries: {} given, but {} need {} (the first layer of each after the first)",
                             boundaries.size(), pieces, pp - 1));
     std::vector<int> first{0};
-    for (int b : boundaries) {
+    for (int64_t b : boundaries) {
       if (b <= first.back() || b >= layers)
         fatal_all(fmt::format("parallel.boundaries: {} must increase and lie in 1..{} (the model has {} layers)", b,
                               layers - 1, layers));
-      first.push_back(b);
+      first.push_back(static_cast<int>(b));
     }
     return first;
   }

@@ -11,9 +11,11 @@ namespace trident::parallel {
 // Throws BadInput naming parallel.pp / parallel.boundaries when no valid cut exists; `pieces`
 // says what the pp pieces are in its messages (default "parallel.pp = <pp> stages"; the
 // interleaved schedule cuts pp x virtual_stages chunks).
-std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int>& boundaries,
+std::vector<int> cut_layers(const std::vector<int64_t>& layer_params, int pp, const std::vector<int64_t>& boundaries,
                             const std::string& pieces = "");
 
-std::vector<int> parse_boundaries(const std::string& text);  // "2,5" -> {2, 5}; "" -> {}
+// "2,5" -> {2, 5}; "" -> {}. 64-bit, so that cut_layers names an index past the model as given
+// (the deck refuses one past 64 bits).
+std::vector<int64_t> parse_boundaries(const std::string& text);
 
 }  // namespace trident::parallel

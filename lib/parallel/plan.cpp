@@ -64,7 +64,7 @@ Plan::Plan(const config::Deck& deck, int world_size, std::vector<model::LayerInf
     shapes_.push_back(layer.output_shape);
     layer_weights.push_back(timed ? std::llround(layer.seconds * 1e9) : layer.parameter_count());
   }
-  const std::vector<int> boundaries = parse_boundaries(deck.parallel.boundaries);
+  const std::vector<int64_t> boundaries = parse_boundaries(deck.parallel.boundaries);
   if (virtual_stages_ > 1 && static_cast<int>(layers_.size()) < grid_.pp * virtual_stages_)
     fatal_all(fmt::format("parallel.virtual_stages: pp({}) x v({}) = {} chunks, but the model has only {} layers", grid_.pp,
                           virtual_stages_, grid_.pp * virtual_stages_, layers_.size()));

@@ -293,25 +293,30 @@ TEST(Deck, ThreadsAndWatchdogTimeoutHaveLimits) {
 
 // Integers past what the code keeps them in wrapped to other values: keep_last 2^32 became 0 and
 // pruned every checkpoint (exit 0), virtual_stages 2^32 a division by zero, a boundary of 3e9 a
-// std::stoi fault; dp 2^62 x pp 4 overflowed the layout check.
+// std::stoi fault (tests/unit/pipeline_schedule_test.cpp); dp 2^62 x pp 4 overflowed the layout check.
 TEST(Deck, CountsHaveUpperLimits) {
   const std::vector<std::pair<std::string, std::string>> refused{
       {"[checkpoint]\nkeep_last = 4294967296\n", "checkpoint.keep_last: 4294967296 is out of range (at most 2147483647)"},
       {"[data]\nprefetch = 1025\n", "data.prefetch: 1025 is out of range (at most 1024 micro-batches)"},
       {"[parallel]\npp = 2\nschedule = interleaved\nvirtual_stages = 4294967296\n",
        "parallel.virtual_stages: 4294967296 is out of range (at most 1024 chunks per rank)"},
-      {"[parallel]\npp = 2\nboundaries = 3000000000\n",
-       "parallel.boundaries: 3000000000 is out of range for a layer index"},
       {"[parallel]\npp = 2\nboundaries = 99999999999999999999\n",
        "parallel.boundaries: 99999999999999999999 is out of range for a layer index"},
       {"[parallel]\ndp = 4611686018427387904\npp = 4\n", "parallel.pp: 4 pipeline stages, but the job has only 2 ranks"},
       {"[parallel]\ndp = 4611686018427387904\npp = 2\n", "parallel.dp: dp(4611686018427387904) x pp(2) > world size 2"},
+      // micro x dp overflowed to 0 and the modulo by it killed every rank with SIGFPE.
+      {"[parallel]\ndp = 4611686018427387904\n[optim]\nmicro_batch = 4\n",
+       "parallel.dp: dp(4611686018427387904) x pp(1) = 4611686018427387904 != world size 2"},
+      {"[optim]\nglobal_batch = 64\nmicro_batch = 4611686018427387904\n",
+       "optim.micro_batch: 4611686018427387904 is more than a replica's share of the global batch: "
+       "optim.global_batch(64) / dp(2) = 32"},
   };
   for (const auto& [text, expected] : refused)
     EXPECT_NE(validation_message(text).find(expected), std::string::npos) << text << validation_message(text);
   EXPECT_EQ(validation_message("[checkpoint]\nkeep_last = 2147483647\n"), "");
   EXPECT_EQ(validation_message("[data]\nprefetch = 1024\n"), "");
-  EXPECT_EQ(validation_message("[parallel]\npp = 2\nboundaries = 2147483647\n"), "");  // the model's check
+  // Within 64 bits an index is the model's to judge: cut_layers names it against its layer count.
+  EXPECT_EQ(validation_message("[parallel]\npp = 2\nboundaries = 3000000000\n"), "");
 }
 
 TEST(Deck, HiddenWidthsWithAnEmptyItemAreRefused) {

@@ -167,4 +167,15 @@ TEST(StagePartition, BalancedByParametersOrExplicit) {
   EXPECT_THROW(cut_layers({1, 2}, 3, {}), trident::BadInput);       // fewer layers than stages
   EXPECT_THROW(cut_layers({1, 2, 3}, 2, {3}), trident::BadInput);   // boundary past the last layer
   EXPECT_THROW(cut_layers({1, 2, 3}, 3, {1}), trident::BadInput);   // one boundary for three stages
+  // An index past int (std::stoi faulted on it) is named as given, against the model's layers.
+  EXPECT_EQ(parse_boundaries("2, 3000000000"), (std::vector<int64_t>{2, 3000000000}));
+  try {
+    cut_layers({1, 2, 3}, 2, parse_boundaries("3000000000"));
+    ADD_FAILURE() << "a boundary past the model was accepted";
+  } catch (const trident::BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.boundaries: 3000000000 must increase and lie in 1..2 (the model has 3 "
+                                         "layers)"),
+              std::string::npos)
+        << e.what();
+  }
 }
