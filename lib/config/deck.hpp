@@ -64,7 +64,7 @@
   X(optim, lr, double, 1e-3, "peak learning rate (> 0)")                                              \
   X(optim, lr_schedule, std::string, "constant", "constant | cosine (after warmup)")            \
   X(optim, warmup_steps, int64_t, 0, "steps of linear warmup from 0 to lr (>= 0)")                     \
-  X(optim, min_lr, double, 0.0, "cosine: learning rate at the last step (0 <= min_lr <= lr)")                       \
+  X(optim, min_lr, double, 0.0, "cosine: learning rate at the last step, when the warmup leaves 2 steps or more (0 <= min_lr <= lr)")                       \
   X(optim, weight_decay, double, 0.0, "decoupled weight decay (adamw) or L2 term (sgd), >= 0")        \
   X(optim, momentum, double, 0.9, "sgd momentum, in [0, 1)")                                               \
   X(optim, beta1, double, 0.9, "adamw first-moment decay, in [0, 1)")                                      \

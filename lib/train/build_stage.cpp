@@ -153,7 +153,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
                           "samples)",
                           deck.run.epochs, most_steps / per_epoch, per_epoch, deck.optim.global_batch));
   st.total_steps = deck.run.max_steps > 0 ? deck.run.max_steps : deck.run.epochs * per_epoch;
-  st.epochs = (st.total_steps + per_epoch - 1) / per_epoch;
+  st.epochs = st.total_steps / per_epoch + (st.total_steps % per_epoch != 0 ? 1 : 0);  // (no + per_epoch - 1: it overflows)
 
   // The model from the seed, on the CPU (the same initial weights on every device), layer by
   // layer. The plan cuts its layer list into stages; at pp > 1 the model is built a second time,

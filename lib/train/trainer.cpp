@@ -329,13 +329,18 @@ void log_layout(const Trainer::State& s) {
     log::info("note: parallel.zero = {} at dp 1 shards nothing (each rank holds its whole stage, as at zero 0)",
               deck.parallel.zero);
   // A deck's warmup kept while max_steps was cut for a short test run: legal, but not what it reads as.
+  // The cosine decay needs two steps after the warmup to fall from lr to min_lr.
   const bool cosine = deck.optim.lr_schedule == "cosine";
   const int64_t warmup = deck.optim.warmup_steps, steps = s.stage.total_steps;
-  if (warmup > 0 && (warmup > steps || (cosine && warmup == steps)))
-    log::info("note: optim.warmup_steps = {} is {} this run's {} steps: the learning rate ends at {:.3e}{}{}", warmup,
-              warmup > steps ? "longer than" : "as long as", steps, s.stage.schedule.at(steps - 1),
-              warmup > steps ? fmt::format(", below optim.lr = {:.3e}", deck.optim.lr) : "",
-              cosine ? ", and its cosine decay never starts" : "");
+  const double last_lr = s.stage.schedule.at(steps - 1);
+  if (warmup > steps)
+    log::info("note: optim.warmup_steps = {} is longer than this run's {} steps: the learning rate ends at {:.3e}, "
+              "below optim.lr = {:.3e}{}",
+              warmup, steps, last_lr, deck.optim.lr, cosine ? ", and its cosine decay never starts" : "");
+  else if (cosine && warmup > 0 && warmup >= steps - 1 && deck.optim.min_lr < deck.optim.lr)
+    log::info("note: optim.warmup_steps = {} leaves {} of this run's {} steps after it: the learning rate ends at "
+              "{:.3e}, not optim.min_lr = {:.3e} (the cosine decay needs 2)",
+              warmup, steps - warmup, steps, last_lr, deck.optim.min_lr);
   if (deck.parallel.schedule == "zb-h1" && topo.pp() == 1)
     log::info("note: parallel.schedule = zb-h1 at pp 1 has no pipeline bubble for its split backward to fill");
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
@@ -344,19 +349,26 @@ void log_layout(const Trainer::State& s) {
 // A requeued job whose run had already finished: the checkpoint holds the trained model and
 // report.json / metrics.jsonl describe that run. Rewriting them from zero steps would put zero
 // throughput and no losses where the real figures are; evaluate and leave them be. A finished
-// checkpoint resumed into another folder (to evaluate it at another layout, or by mistake) gets
+// checkpoint resumed into another folder (to evaluate it at another layout, or by mistake) writes
 // no report.json or metrics.jsonl there either: a scaling study would read a zero-step run.
 Result already_trained(Trainer::State& s) {
   const Evaluation done = evaluate_test_split(s);
+  namespace fs = std::filesystem;
   const std::string& dir = s.deck.run.output_dir;
-  const bool has_report = std::filesystem::exists(dir + "/report.json");
+  std::error_code ec;
+  const bool own_checkpoint =
+      fs::weakly_canonical(fs::path(s.restored.resumed_from).parent_path(), ec) == fs::weakly_canonical(checkpoint_dir(s.deck), ec);
+  std::string files;
+  if (!own_checkpoint)
+    files = fmt::format("nothing written to report.json or metrics.jsonl in {} (raise run.max_steps or run.epochs to "
+                        "train on from it)",
+                        dir);
+  else if (fs::exists(dir + "/report.json"))
+    files = "report.json and metrics.jsonl left as they are";
+  else  // stopped after its last save and before its report (a kill, a node failure)
+    files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it", dir);
   log::info("nothing to train: {} is at step {} of {}; {} | test loss {:.4f} | test accuracy {:.2f}%",
-            s.restored.resumed_from, s.restored.start_step, s.stage.total_steps,
-            has_report ? std::string("report.json and metrics.jsonl left as they are")
-                       : fmt::format("no report.json or metrics.jsonl written in {} (raise run.max_steps or "
-                                     "run.epochs to train on from it)",
-                                     dir),
-            done.loss, 100.0 * done.accuracy);
+            s.restored.resumed_from, s.restored.start_step, s.stage.total_steps, files, done.loss, 100.0 * done.accuracy);
   s.watchdog->stop();
   Result result;
   result.steps = s.stage.total_steps;

@@ -25,6 +25,21 @@ expect_refused max_steps "run.max_steps: 9223372036854775807 is out of range \(a
 expect_refused epochs "run.epochs: 9223372036854775807 is out of range \(at most 18014398509481983 epochs of 16 steps" \
   --set run.epochs=9223372036854775807
 
+# At the limit it trains: with optim.global_batch = 1 the limit is 2^63-1 steps itself, where the
+# epoch count's rounding (steps + steps per epoch - 1) overflowed and faulted. Stopped by SIGINT
+# to mpiexec once it has logged step 10 (the rank checkpoints and stops; Hydra's own exit code
+# after a Ctrl-C is 0, so the log is judged).
+"$mpiexec" -n 1 "$trident" train /dev/null "${args[@]}" --set optim.global_batch=1 --set optim.micro_batch=1 \
+  --set run.max_steps=9223372036854775807 --set run.log_every=10 --set run.output_dir=runs_at_limit >limit.log 2>&1 &
+launcher=$!
+for _ in $(seq 300); do grep -q "step 10/" limit.log && break; sleep 0.1; done
+kill -INT "$launcher"
+wait "$launcher" || true
+grep -q "step 10/9223372036854775807 " limit.log || fail "at the limit: no step 10 of 2^63-1: $(tail -3 limit.log)"
+grep -q "trident: stopped by a signal after step [0-9]*; checkpoint committed" limit.log ||
+  fail "at the limit: not stopped with its checkpoint: $(tail -3 limit.log)"
+rm -rf runs_at_limit
+
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set run.max_steps=4 --set run.log_every=1 \
   --set optim.warmup_steps=100 --set optim.lr_schedule=cosine --set optim.lr=0.01 >warmup.log 2>&1 ||
   fail "warmup: $(tail -3 warmup.log)"

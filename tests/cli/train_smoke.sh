@@ -48,8 +48,18 @@ grep -q "nothing to train: .*step_0000012.h5 is at step 12 of 12" <<<"$again" ||
 other=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke_other \
         --set run.max_steps=12 --set optim.global_batch=64 --set optim.micro_batch=16 \
         --resume runs/smoke/checkpoints/step_0000012.h5 2>&1) || fail "a finished checkpoint in another folder: $other"
-grep -q "nothing to train: .* no report.json or metrics.jsonl written in runs/smoke_other .* test accuracy" <<<"$other" ||
+grep -q "nothing to train: .* nothing written to report.json or metrics.jsonl in runs/smoke_other .* test accuracy" <<<"$other" ||
   fail "no line saying what the other folder gets: $other"
 [ ! -e runs/smoke_other/report.json ] && [ ! -e runs/smoke_other/metrics.jsonl ] ||
   fail "the other folder got a report.json or metrics.jsonl: $(ls runs/smoke_other)"
+# The finished run's own folder without its report.json (killed after its last save): said so,
+# not "raise run.max_steps", and metrics.jsonl kept.
+rm runs/smoke/report.json
+metrics=$(md5sum <runs/smoke/metrics.jsonl)
+unreported=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke \
+             --set run.max_steps=12 --set optim.global_batch=64 --set optim.micro_batch=16 2>&1) ||
+  fail "a finished run without its report.json: $unreported"
+grep -q "nothing to train: .* metrics.jsonl left as it is; runs/smoke has no report.json: the run ended before writing it" \
+  <<<"$unreported" || fail "no line saying the report is missing: $unreported"
+[ "$(md5sum <runs/smoke/metrics.jsonl)" = "$metrics" ] || fail "metrics.jsonl changed"
 echo PASS
