@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -799,15 +800,21 @@ Reader::Reader(const std::string& path) : path_(path) {
     auto real = [&](const char* key) {
       return number_line(key, [](const std::string& t, size_t* used) { return std::stod(t, used); });
     };
+    auto count = [&](const char* key) {  // a rank count or ZeRO stage, kept as int
+      const int64_t value = num(key);
+      if (value < 0 || value > std::numeric_limits<int>::max())
+        fatal_all(fmt::format("checkpoint {}: metadata line '{}' is out of range ('{}')", path, key, m[key]));
+      return static_cast<int>(value);
+    };
     meta_.step = num("step");
     meta_.epoch = num("epoch");
     meta_.cursor = num("cursor");
     meta_.optimizer_steps = num("optimizer_steps");
     meta_.global_batch = num("global_batch");
-    meta_.world = static_cast<int>(num("world"));
-    meta_.dp = static_cast<int>(num("dp"));
-    meta_.pp = static_cast<int>(num("pp"));
-    meta_.zero = static_cast<int>(num("zero"));
+    meta_.world = count("world");
+    meta_.dp = count("dp");
+    meta_.pp = count("pp");
+    meta_.zero = count("zero");
     meta_.trident_version = m["trident_version"];
     meta_.torch_version = m["torch_version"];
     if (m.count("loss_scale")) {
@@ -959,9 +966,14 @@ std::string describe(const std::string& path, std::string& problem) {
     out = path + "\n(its objects cannot be listed)\n";
     unlisted = e.what();
   }
-  out += problem.empty() ? "checksums: every block verified\n" : "checksums: FAILED: " + problem + "\n";
   // The checksums cover the tensors' bytes, not the headers, group entries and attributes the
-  // listing reads: a file whose tensors verify can still be damaged there.
+  // listing reads: a file whose tensors verify can still be damaged there, and is not "verified".
+  if (!problem.empty())
+    out += "checksums: FAILED: " + problem + "\n";
+  else if (!unlisted.empty())
+    out += "checksums: its tensors' blocks verify, but its structure is damaged\n";
+  else
+    out += "checksums: every block verified\n";
   if (problem.empty()) problem = unlisted;
   return out;
 }

@@ -101,6 +101,16 @@ left=$(cd runs/chain/checkpoints && echo step_*.h5)
 "$trident" inspect runs/chain/checkpoints/step_0000003.h5 >/dev/null || fail "step 3 is damaged"
 [ "$(md5sum <runs/chain/checkpoints/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
 
+# The same with step 4's metadata garbled under a valid checksum: passed over, named with why (it
+# was std::invalid_argument, a fault that stopped --resume auto).
+garbled=(--set checkpoint.every_steps=2 --set run.output_dir=runs/garbled)
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${garbled[@]}" >garbled.log 2>&1 || fail "garbled: $(tail -3 garbled.log)"
+"$make_bad" meta-line runs/garbled/checkpoints/step_0000004.h5 step 4x
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${garbled[@]}" --set run.max_steps=3 >garbled_resumed.log 2>&1 ||
+  fail "resume past a garbled checkpoint: $(tail -3 garbled_resumed.log)"
+grep -q "resuming from .*step_0000002.h5 (skipped .*step_0000004.h5: .*metadata line 'step' is not a number ('4x'))" \
+  garbled_resumed.log || fail "garbled step 4 not passed over with its reason: $(grep -i resum garbled_resumed.log)"
+
 # --resume given a run folder, its checkpoints folder or its `latest` file: the newest checkpoint
 # that verifies there (step 5), or the one `latest` names; a folder with none is bad input.
 for from in runs/chain runs/chain/checkpoints runs/chain/checkpoints/latest; do
