@@ -45,17 +45,8 @@ snapshot() { find runs/src -type f -print0 | sort -z | xargs -0 md5sum; }
 before=$(snapshot)
 
 expect_bad() {  # NAME REGEX ARGS...
-  local name=$1 regex=$2
-  shift 2
-  set +e
-  "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "$@" >"$name.log" 2>&1
-  local rc=$?
-  set -e
-  grep "trident: error" "$name.log" | cut -c1-240
-  [ "$rc" = 2 ] || fail "$name: exit code $rc, expected 2: $(tail -3 "$name.log")"
-  [ "$(grep -c 'trident: error' "$name.log")" = 1 ] || fail "$name: the error is not printed exactly once"
-  grep -Eq "$regex" "$name.log" || fail "$name: no message matching /$regex/"
-  [ "$(snapshot)" = "$before" ] || fail "$name: the run folder changed"
+  train_refused "$1" "$2" "${args[@]}" "${@:3}"
+  [ "$(snapshot)" = "$before" ] || fail "$1: the run folder changed"
 }
 expect_bad other_shape "checkpoint .*step_0000004.h5: .*fc1.*shape" --set model.hidden=64 --resume "$good"
 # A checkpoint of a deeper model (mlp 64,64,64) into a shallower one (64,64), every shared tensor

@@ -9,15 +9,8 @@
 source "$(dirname "$0")/common.sh" "$1" "$2" 512
 args=(--set data.path=syn.h5 --set model.kind=mlp --set model.hidden=16 --set run.threads=1 --set optim.global_batch=32)
 expect_refused() {  # NAME REGEX ARGS...
-  local name=$1 regex=$2
-  shift 2
-  set +e
-  "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "$@" >"$name.log" 2>&1
-  local rc=$?
-  set -e
-  refused "$name" "$name.log" $rc
-  grep -Eq "$regex" "$name.log" || fail "$name: no message matching /$regex/"
-  [ ! -e runs ] || fail "$name: the refused run wrote $(ls runs)"
+  train_refused "$1" "$2" "${args[@]}" "${@:3}"
+  [ ! -e runs ] || fail "$1: the refused run wrote $(ls runs)"
 }
 # 512 samples / 32 = 16 steps per epoch; (2^63-1) / 32 = 288230376151711743 steps.
 expect_refused max_steps "run.max_steps: 9223372036854775807 is out of range \(at most 288230376151711743 steps of optim.global_batch = 32 samples\)" \
