@@ -50,17 +50,6 @@ json deck_json(const config::Deck& deck) {
   return out;
 }
 
-// A checkpoint of the run's own folder as DESIGN.md names it ("checkpoints/step_0000500.h5",
-// relative to run.output_dir); one elsewhere (a resharded run's source) as it was given.
-std::string run_relative(const std::string& checkpoint, const std::string& output_dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path file = fs::weakly_canonical(checkpoint, ec), dir = fs::weakly_canonical(output_dir, ec);
-  if (ec) return checkpoint;
-  const fs::path relative = file.lexically_relative(dir);
-  return !relative.empty() && *relative.begin() != ".." ? relative.string() : checkpoint;
-}
-
 // Compact: one [op, micro, chunk, start_s, end_s] row per op.
 json timeline_json(const std::vector<TimelineOp>& ops) {
   json rows = json::array();
@@ -83,6 +72,16 @@ void replace_file(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
+
+// A path that cannot be resolved is given back as it was: a checkpoint elsewhere.
+std::string run_relative(const std::string& checkpoint, const std::string& output_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file = fs::weakly_canonical(checkpoint, ec), dir = fs::weakly_canonical(output_dir, ec);
+  if (ec) return checkpoint;
+  const fs::path relative = file.lexically_relative(dir);
+  return !relative.empty() && *relative.begin() != ".." ? relative.string() : checkpoint;
+}
 
 void write_report_json(const std::string& path, const Summary& s) {
   json r;

@@ -83,6 +83,9 @@ struct Summary {
   double step_time_while_writing_s = 0, step_time_otherwise_s = 0;
 };
 
+// A checkpoint of the run's own folder as DESIGN.md names it, relative to run.output_dir
+// ("checkpoints/step_0000500.h5"); one elsewhere (a resharded run's source) as it was given.
+std::string run_relative(const std::string& checkpoint, const std::string& output_dir);
 void write_report_json(const std::string& path, const Summary& summary);
 // report.json read back (trident report), by the names write_report_json writes, next to it in
 // report.cpp. Fields every report has are required (BadInput naming the file and the field:

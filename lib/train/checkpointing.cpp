@@ -104,7 +104,6 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     const auto& meta = reader.meta();
     // Another model first: its batch and step count would only mislead.
     const DeckComparison decks = compare_decks(deck, meta, path);
-    const bool momentum_started = decks.momentum_started;
     restored.deck_changes = decks.changes;
     try {
       reader.check_shapes("params", st.plan->placed_parameters());
@@ -133,7 +132,7 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
       st.grad_sync->full_params().copy_(reader.read_flat("params", mine, 0, n));
     st.optimizer->allocate_state(st.grad_sync->optimizer_params());
     for (auto& [name, state] : st.optimizer->state()) {
-      if (momentum_started && name == "momentum_buffer") continue;  // zero, as allocated
+      if (decks.momentum_started && name == "momentum_buffer") continue;  // zero, as allocated
       try {
         reader.check_shapes("optim/" + name, st.plan->placed_parameters());
       } catch (const BadInput& e) {  // the optimizer state this run needs: what the deck changed says why

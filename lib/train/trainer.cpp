@@ -353,17 +353,15 @@ void log_layout(const Trainer::State& s) {
 // no report.json or metrics.jsonl there either: a scaling study would read a zero-step run.
 Result already_trained(Trainer::State& s) {
   const Evaluation done = evaluate_test_split(s);
-  namespace fs = std::filesystem;
   const std::string& dir = s.deck.run.output_dir;
-  std::error_code ec;
-  const bool own_checkpoint =
-      fs::weakly_canonical(fs::path(s.restored.resumed_from).parent_path(), ec) == fs::weakly_canonical(checkpoint_dir(s.deck), ec);
+  // Its own folder's checkpoint as report.json's resumed_from judges it.
+  const bool own_checkpoint = report::run_relative(s.restored.resumed_from, dir).rfind("checkpoints/", 0) == 0;
   std::string files;
   if (!own_checkpoint)
     files = fmt::format("nothing written to report.json or metrics.jsonl in {} (raise run.max_steps or run.epochs to "
                         "train on from it)",
                         dir);
-  else if (fs::exists(dir + "/report.json"))
+  else if (std::filesystem::exists(dir + "/report.json"))
     files = "report.json and metrics.jsonl left as they are";
   else  // stopped after its last save and before its report (a kill, a node failure)
     files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it", dir);
