@@ -56,8 +56,8 @@ int guarded(Ranks ranks, Body body) {
   }
   // One rank's fault: said by that rank, and the job aborted so that no other rank waits on it.
   const auto fault = [&](const std::string& text) {
+    if (mpi && size > 1) abort_job_for_fault(text);
     std::fprintf(stderr, "trident: fault: %s\n", text.c_str());
-    if (mpi && size > 1) abort_all_ranks(kExitFault);
     return static_cast<int>(kExitFault);
   };
   try {
@@ -77,10 +77,8 @@ int guarded(Ranks ranks, Body body) {
   } catch (const po::error& e) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s (see --help)\n", e.what());
     return kExitBadInput;
-  } catch (const Fault& e) {  // its message already names rank and host
-    return fault(e.what());
-  } catch (const std::exception& e) {  // c10::Error, std::filesystem_error, std::bad_alloc, ...
-    return fault(who() + ": " + message_of(e));
+  } catch (const std::exception&) {  // Fault, c10::Error, std::filesystem_error, std::bad_alloc, ...
+    return fault(fault_text(std::current_exception()));
   }
 }
 

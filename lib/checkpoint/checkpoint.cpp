@@ -521,7 +521,7 @@ Layout lay_out(const std::string& dir, const Meta& meta, const std::vector<Tenso
 // pwrites of at most kWritePieceBytes (benchmarks/README.md, "Checkpoint I/O": large writes into
 // the page cache ran several times slower than 1 MB ones), and checksummed. A failure (disk
 // full, quota) is returned, not thrown: the ranks agree on it in part 3.
-Written write_pieces(const Layout& layout) {
+Written write_pieces(const Layout& layout, const std::atomic<bool>* abandon = nullptr) {
   Written written;
   const int fd = ::open(layout.tmp_path.c_str(), O_WRONLY);
   if (fd < 0) {
@@ -533,6 +533,11 @@ Written write_pieces(const Layout& layout) {
     const auto* bytes = static_cast<const char*>(data.data_ptr());
     const int64_t total = data.numel() * static_cast<int64_t>(data.element_size());
     for (int64_t done = 0; done < total && written.error.empty();) {
+      if (abandon && abandon->load(std::memory_order_relaxed)) {
+        written.error = fmt::format("{}: the write of {} was abandoned (the run is ending on an error)", who(),
+                                    layout.tmp_path);
+        break;
+      }
       const ssize_t n = ::pwrite(fd, bytes + done, static_cast<size_t>(std::min(kWritePieceBytes, total - done)),
                                  static_cast<off_t>(piece.offset + done));
       if (n > 0) {
@@ -650,6 +655,11 @@ struct BackgroundSave::Impl {
   std::condition_variable snapshot_cv;
   bool snapshot_taken = false;
   std::atomic<bool> finished{false};
+  // Set by the destructor, which runs with the thread still writing only when the run is ending
+  // on an error: the write stops at its next piece (1 MB), so that the error is not held up by
+  // a write nobody will commit.
+  std::atomic<bool> abandon{false};
+  std::condition_variable abandon_cv;
   Written written;
   double thread_seconds = 0;
   std::thread thread;
@@ -661,6 +671,8 @@ struct BackgroundSave::Impl {
       copy_and_write();
     } catch (const std::exception& e) {
       written.error = fmt::format("{}: the background save failed: {}", who(), e.what());
+    } catch (...) {
+      written.error = fmt::format("{}: the background save failed (an exception that is not a std::exception)", who());
     }
     release_snapshot();
     finished.store(true, std::memory_order_release);
@@ -683,12 +695,16 @@ struct BackgroundSave::Impl {
     // copies and the next save for the write.
     const char* slow = std::getenv("TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS");
     const auto pause = std::chrono::milliseconds(slow ? std::atoll(slow) : 0);
-    std::this_thread::sleep_for(pause);
+    const auto pause_unless_abandoned = [&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      abandon_cv.wait_for(lock, pause, [&] { return abandon.load(); });
+    };
+    pause_unless_abandoned();
     for (auto& [from, into] : copies)
       std::memcpy(into.data_ptr(), from.data_ptr(), static_cast<size_t>(from.numel()) * from.element_size());
     release_snapshot();
-    std::this_thread::sleep_for(pause);
-    written = write_pieces(layout);
+    pause_unless_abandoned();
+    written = write_pieces(layout, &abandon);
     thread_seconds = watch.seconds();
   }
 };
@@ -735,7 +751,13 @@ BackgroundSave::BackgroundSave(const std::string& dir, const Meta& meta, const s
 }
 
 BackgroundSave::~BackgroundSave() {
-  if (impl_ && impl_->thread.joinable()) impl_->thread.join();
+  if (!impl_ || !impl_->thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->abandon = true;
+  }
+  impl_->abandon_cv.notify_all();
+  impl_->thread.join();
 }
 
 int64_t BackgroundSave::step() const { return impl_->meta.step; }

@@ -93,7 +93,9 @@ class BackgroundSave {
   BackgroundSave(const std::string& dir, const Meta& meta, const std::vector<TensorEntry>& params,
                  const std::vector<std::string>& state_names, const std::vector<TensorEntry>& buffers,
                  const Shard& live, Shard& snapshot, MPI_Comm comm, const Retention& retention);
-  ~BackgroundSave();  // joins the thread; a file not committed stays as step_N.h5.tmp (the next run of the folder removes it)
+  // Joins the thread, whose write stops at its next piece: the save was not committed (an error
+  // ends the run). Its file stays as step_N.h5.tmp (the next run of the folder removes it).
+  ~BackgroundSave();
   BackgroundSave(const BackgroundSave&) = delete;
   BackgroundSave& operator=(const BackgroundSave&) = delete;
 

@@ -17,6 +17,8 @@
 namespace trident {
 
 namespace {
+// Set once MPI is up, read by every thread's messages (the watchdog's among them).
+std::mutex g_who_mutex;
 std::string g_who = "rank ?";
 
 std::string host_name() {
@@ -27,10 +29,12 @@ std::string host_name() {
 }  // namespace
 
 void set_identity(int rank, const std::string& host) {
+  std::lock_guard<std::mutex> lock(g_who_mutex);
   g_who = "rank " + std::to_string(rank) + " on " + host;
 }
 
 std::string who() {
+  std::lock_guard<std::mutex> lock(g_who_mutex);
   if (g_who == "rank ?") return "rank ? on " + host_name();
   return g_who;
 }
@@ -39,6 +43,21 @@ int launcher_rank() {
   for (const char* name : {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
     if (const char* value = std::getenv(name)) return std::atoi(value);
   return 0;
+}
+
+bool is_own_fault(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const AgreedFault&) {
+    return false;
+  } catch (...) {
+    return exit_code_for(std::current_exception()) == kExitFault;
+  }
+}
+
+void abort_job_for_fault(const std::string& text) {
+  std::fprintf(stderr, "trident: fault: %s\n", text.c_str());
+  abort_all_ranks(kExitFault);
 }
 
 void fatal_all(const std::string& message) { throw BadInput(message); }

@@ -62,6 +62,13 @@ inline int exit_code_for(const std::exception_ptr& error) {
   }
 }
 
+// Whether `error` is a fault of this rank alone: not bad input, a stop, a divergence or a fault
+// the ranks agreed on. Such a fault ends the job (abort_job_for_fault).
+bool is_own_fault(const std::exception_ptr& error);
+// Says this rank's fault on stderr ("trident: fault: TEXT"; TEXT names rank and host) and ends
+// every rank of the job (abort_all_ranks).
+[[noreturn]] void abort_job_for_fault(const std::string& text);
+
 [[noreturn]] void fatal_all(const std::string& message);
 // Ends every rank of the job (MPI_Abort) with `code`, once what this rank wrote to stderr had time
 // to reach the launcher: MPICH's mpiexec dropped a rank's last lines, its fault message included,

@@ -21,6 +21,7 @@
 #include "core/log.hpp"
 #include "core/malloc_tuning.hpp"
 #include "core/timer.hpp"
+#include "core/torch_error.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "data/sampler.hpp"
@@ -185,6 +186,17 @@ void stall_if_asked(int rank, int64_t step) {
   if (std::sscanf(spec, "%d:%lld", &stall_rank, &stall_step) != 2 || stall_rank != rank || stall_step != step) return;
   std::fprintf(stderr, "trident: test: rank %d stalls after step %lld (TRIDENT_TEST_STALL)\n", rank, stall_step);
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+// Fault injection for the fail-fast tests: TRIDENT_TEST_FAULT=RANK:STEP makes that rank fail alone
+// (a Fault, as an I/O error would) at that step boundary, after the boundary's save has started.
+void fault_if_asked(int rank, int64_t step) {
+  static const char* spec = std::getenv("TRIDENT_TEST_FAULT");
+  if (!spec) return;
+  int fault_rank = -1;
+  long long fault_step = -1;
+  if (std::sscanf(spec, "%d:%lld", &fault_rank, &fault_step) != 2 || fault_rank != rank || fault_step != step) return;
+  fatal_one(fmt::format("a fault at step {} (TRIDENT_TEST_FAULT)", fault_step));
 }
 
 // Fault injection for the watchdog tests, during start-up: TRIDENT_TEST_STARTUP=RANK:stop makes
@@ -587,6 +599,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
       run.saved_step = step + 1;
       if (!s.background_save) check_signal_lead(s, run);
     }
+    fault_if_asked(s.conn.world.rank, step + 1);
     if (due.log || due.save) update_goodput(s, run, loader.get());
     if (due.stop) stop_by_signal(s, run);
   }
@@ -717,6 +730,12 @@ Result Trainer::run() {
       throw;
     }
   } catch (...) {
+    // A fault of this rank alone ends the job here, before the state is torn down: its destructors
+    // wait for a background save's writer, a pending collective and the data loader, and the other
+    // ranks' watchdog would otherwise blame this rank for a hang before it said what went wrong.
+    // (The abort hook records the exit in goodput.jsonl.)
+    if (s.conn.world.size > 1 && is_own_fault(std::current_exception()))
+      abort_job_for_fault(fault_text(std::current_exception()));
     if (s.goodput) s.goodput->close(exit_code_for(std::current_exception()), goodput_progress(s, run));
     throw;
   }

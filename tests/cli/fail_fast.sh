@@ -5,6 +5,8 @@
 #   stopped  SIGSTOP to rank 1 (the whole process frozen: no heartbeats)
 #   stalled  rank 1's main thread stuck at step 30 (TRIDENT_TEST_STALL), its heartbeat alive
 #   killed   SIGKILL to rank 1 (Hydra ends the job itself, at once)
+#   faulted  rank 1 fails alone while a background save is written: its message, not the watchdog's,
+#            at once; and a one-rank run's fault does not wait for the save's write
 # and during start-up, before the first step:
 #   startup_stopped  rank 1 SIGSTOPs itself (TRIDENT_TEST_STARTUP=1:stop): the job ends the same way
 #   startup_busy     rank 1 works 2 x fail_timeout_s without communicating (as a long dataset scan
@@ -21,6 +23,7 @@ args=(--set data.path=syn.h5 --set run.max_steps=1000000 --set run.log_every=10 
       --set optim.global_batch=64 --set optim.micro_batch=16 --set model.kind=mlp --set data.prefetch=0
       --set "run.fail_timeout_s=$timeout_s")
 if [ "${3:-}" = nccl ]; then args+=(--set run.device=cuda --set parallel.backend=nccl); fi
+extra=()
 marker=failfast_$$
 cleanup() { pkill -KILL -f "run.name=$marker" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -32,12 +35,12 @@ rank_pid() {
   done
 }
 
-# run CASE SIGNAL [ENV...]: starts the job, waits for step 20, sends SIGNAL to rank 1 (unless
+# run CASE SIGNAL [ENV...]: starts the job (with the deck overrides in extra), waits for step 20, sends SIGNAL to rank 1 (unless
 # "none"), and sets rc and seconds (from the signal to the launcher's exit).
 run() {
   local name=$1 signal=$2
   shift 2
-  env "$@" "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set "run.output_dir=runs/$name" \
+  env "$@" "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${extra[@]}" --set "run.output_dir=runs/$name" \
     --set "run.name=$marker" >"$name.log" 2>&1 &
   local launcher=$!
   for _ in $(seq 600); do grep -q "step 20/" "$name.log" 2>/dev/null && break; sleep 0.1; done
@@ -80,6 +83,32 @@ grep -q "rank 1 on .* made no progress for more than $timeout_s s outside commun
 grep -Eq "^  rank 1 on .*: step 30, .* computing for" stalled.log || fail "stalled: rank 1's state not shown"
 
 run killed KILL
+
+# A fault of rank 1 alone while a background save is being written (its writer slowed to 60 s a
+# phase): rank 1 says what went wrong and ends the job at once. It waited for its writer before
+# (minutes, here 2 x 60 s), and rank 0's watchdog aborted first, blaming rank 1 for a hang.
+extra=(--set checkpoint.every_steps=40)
+run faulted none TRIDENT_TEST_FAULT=1:40 TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS=60000
+extra=()
+grep -q "trident: fault: rank 1 on .*: a fault at step 40 (TRIDENT_TEST_FAULT)" faulted.log \
+  || fail "faulted: rank 1's message is missing: $(grep -E 'fault|error' faulted.log)"
+! grep -q "fail-fast watchdog" faulted.log || fail "faulted: the watchdog spoke: $(grep watchdog faulted.log)"
+# The same fault of a one-rank run: its background save's write is abandoned (it waited for it).
+start=$(date +%s.%N)
+set +e
+TRIDENT_TEST_FAULT=0:40 TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS=60000 timeout 100 "$mpiexec" -n 1 "$trident" train /dev/null \
+  "${args[@]}" --set checkpoint.every_steps=40 --set run.output_dir=runs/faulted_alone --set "run.name=$marker" \
+  >faulted_alone.log 2>&1
+rc=$?
+set -e
+seconds=$(echo "$(date +%s.%N) - $start" | bc)
+echo "faulted_alone: exit code $rc after $seconds s"
+[ "$rc" = 1 ] || fail "faulted_alone: exit code $rc, expected 1: $(tail -3 faulted_alone.log)"
+grep -q "trident: fault: rank 0 on .*: a fault at step 40 (TRIDENT_TEST_FAULT)" faulted_alone.log \
+  || fail "faulted_alone: no message: $(tail -3 faulted_alone.log)"
+[ "$(echo "$seconds < $((3 * timeout_s))" | bc)" = 1 ] || fail "faulted_alone: took $seconds s (it waited for its writer)"
+ls runs/faulted_alone/checkpoints/step_0000040.h5.tmp >/dev/null || fail "faulted_alone: the abandoned save's file is gone"
+[ ! -e runs/faulted_alone/checkpoints/step_0000040.h5 ] || fail "faulted_alone: the abandoned save was committed"
 
 # start_up CASE STARTUP_SPEC STEPS: a run of STEPS steps with TRIDENT_TEST_STARTUP; sets rc and seconds.
 start_up() {
