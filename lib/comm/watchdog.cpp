@@ -13,6 +13,7 @@
 
 #include "comm/progress.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace trident::comm {
 
@@ -48,15 +49,18 @@ void note_completed(Op op) {
   p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
 }
 
+// The watchdog thread reads current_op (acquire) before since_ns, and current_op is stored
+// (release) after since_ns: it never pairs a state with the time of an earlier one (which on a
+// weakly ordered CPU, aarch64, could read as blocked or computing for longer than the timeout).
 OpScope::OpScope(Op op) : op_(op) {
   auto& p = progress();
   p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
-  p.current_op.store(static_cast<int32_t>(op), std::memory_order_relaxed);
+  p.current_op.store(static_cast<int32_t>(op), std::memory_order_release);
 }
 
 OpScope::~OpScope() {
-  progress().current_op.store(0, std::memory_order_relaxed);
-  note_completed(op_);
+  note_completed(op_);  // since_ns first: "computing since" is never read with the operation's start
+  progress().current_op.store(0, std::memory_order_release);
 }
 
 namespace {
@@ -76,7 +80,7 @@ Beat snapshot(int64_t now) {
   Beat b;
   b.completed = p.completed.load(std::memory_order_relaxed);
   b.last_op = p.last_op.load(std::memory_order_relaxed);
-  b.current_op = p.current_op.load(std::memory_order_relaxed);
+  b.current_op = p.current_op.load(std::memory_order_acquire);
   b.state_ms = (now - p.since_ns.load(std::memory_order_relaxed)) / 1000000;
   b.step = p.step.load(std::memory_order_relaxed);
   return b;
@@ -112,7 +116,20 @@ struct Watchdog::Impl {
               "MPI_Irecv");
   }
 
+  // The thread's body. Nothing can be thrown to anyone from here: a failure is said and ends the job.
   void loop() {
+    try {
+      beat_and_check_until_quit();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "trident: error: %s: fail-fast watchdog: %s\n", who().c_str(), e.what());
+      abort_all_ranks(kExitFault);
+    } catch (...) {
+      std::fprintf(stderr, "trident: error: %s: fail-fast watchdog failed\n", who().c_str());
+      abort_all_ranks(kExitFault);
+    }
+  }
+
+  void beat_and_check_until_quit() {
     int64_t next_send = 0;
     const auto nap = std::chrono::nanoseconds(period_ns / 4);
     while (!quit.load()) {
@@ -191,7 +208,7 @@ struct Watchdog::Impl {
     }
     if (!progress_rules.load(std::memory_order_relaxed)) return;
     const auto& mine = progress();
-    const auto current = mine.current_op.load(std::memory_order_relaxed);
+    const auto current = mine.current_op.load(std::memory_order_acquire);
     const int64_t waited = now - mine.since_ns.load(std::memory_order_relaxed);
     if (current == 0 || waited <= timeout_ns) return;
     // Blocked too long: on whom? A live rank that has not communicated for as long is stuck.
@@ -235,7 +252,21 @@ Watchdog::Watchdog(MPI_Comm comm, double timeout_s) {
   MPI_CHECK(MPI_Comm_size(comm, &size));
   MPI_CHECK(MPI_Query_thread(&level));
   // The decision depends only on values every rank shares, so all ranks make the same one.
-  if (timeout_s <= 0 || size < 2 || level != MPI_THREAD_MULTIPLE) return;
+  if (timeout_s <= 0 || size < 2) return;
+  if (level != MPI_THREAD_MULTIPLE) {
+    int rank = 0;
+    MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    if (rank == 0)
+      log::warn("run.fail_timeout_s = {} asks for the fail-fast watchdog, but this MPI library gives threads level "
+                "{}, not MPI_THREAD_MULTIPLE: the watchdog is off, and a rank that dies or hangs can leave the "
+                "others waiting until the job's time limit (Cray MPICH: export MPICH_MAX_THREAD_SAFETY=multiple)",
+                timeout_s,
+                level == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+                : level == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+                : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+                                                 : "unknown");
+    return;
+  }
   impl_ = std::make_unique<Impl>();
   auto& d = *impl_;
   MPI_CHECK(MPI_Comm_dup(comm, &d.comm));

@@ -24,6 +24,13 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   // Errors come back as codes so MPI_CHECK can name rank, host and call.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  // Who this process is, for every message from here on, set before any thread of trident's starts.
+  int rank = 0, length = 0;
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Get_processor_name(name, &length));
+  set_identity(rank, std::string(name, static_cast<size_t>(length)));
+  log::set_rank(rank);
 }
 
 MpiSession::~MpiSession() {

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -54,12 +55,16 @@ double replica_mean(Trainer::State& s, double last_stage_value) {
 
 namespace {
 // Set by SIGUSR1 / SIGTERM (SLURM's --signal=B:USR1@N, preemption) and SIGINT (Ctrl-C); acted on
-// at a step boundary.
-volatile std::sig_atomic_t g_stop_signal = 0;
+// at a step boundary. The handler may run on any thread (the loader's, the save writer's, MPI's),
+// so these are lock-free atomics, not volatile sig_atomic_t (which only a handler on the reading
+// thread may write).
+std::atomic<int> g_stop_signal{0};
 // Tenths of a second on CLOCK_MONOTONIC (clock_gettime is async-signal-safe), counted from when
-// the handlers were installed so that they fit a sig_atomic_t for years.
-volatile std::sig_atomic_t g_first_interrupt_ds = -1;  // of the first SIGINT
+// the handlers were installed.
+std::atomic<int64_t> g_first_interrupt_ds{-1};  // of the first SIGINT
 int64_t g_installed_ds = 0;
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free,
+              "a signal handler may only use lock-free atomics");
 
 int64_t monotonic_deciseconds() {
   timespec now{};
@@ -67,29 +72,39 @@ int64_t monotonic_deciseconds() {
   return static_cast<int64_t>(now.tv_sec) * 10 + now.tv_nsec / 100000000;
 }
 
+void handle(int signal, void (*handler)(int)) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a read or write under way goes on after the handler
+  sigaction(signal, &action, nullptr);
+}
+
 extern "C" void on_stop_signal(int signal) {
   if (signal == SIGINT) {
     // Ctrl-C again, a second or more after the first, does not wait for the save: the process
     // ends as by default. (mpiexec passes a terminal's Ctrl-C on to ranks that got it already,
     // within milliseconds: whole seconds would take that copy for a second Ctrl-C when the two
-    // fall either side of a second's boundary.)
-    const auto now = static_cast<std::sig_atomic_t>(monotonic_deciseconds() - g_installed_ds);
-    if (g_first_interrupt_ds >= 0 && now - g_first_interrupt_ds >= 10) {
-      std::signal(SIGINT, SIG_DFL);
+    // fall either side of a second's boundary.) A second SIGTERM or SIGUSR1 changes nothing: the
+    // stop's save is under way, and SLURM's SIGKILL follows its SIGTERM anyway.
+    const int64_t now = monotonic_deciseconds() - g_installed_ds;
+    const int64_t first = g_first_interrupt_ds.load();
+    if (first >= 0 && now - first >= 10) {
+      handle(SIGINT, SIG_DFL);
       std::raise(SIGINT);
       return;
     }
-    if (g_first_interrupt_ds < 0) g_first_interrupt_ds = now;
+    if (first < 0) g_first_interrupt_ds.store(now);
   }
-  g_stop_signal = signal;
+  g_stop_signal.store(signal);
 }
 }  // namespace
 
 void catch_stop_signals() {
   if (g_installed_ds == 0) g_installed_ds = monotonic_deciseconds();  // (installed again after MPI_Init)
-  std::signal(SIGUSR1, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGINT, on_stop_signal);
+  handle(SIGUSR1, on_stop_signal);
+  handle(SIGTERM, on_stop_signal);
+  handle(SIGINT, on_stop_signal);
 }
 
 namespace {
@@ -148,7 +163,7 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, boo
   for (int64_t c = 0; c < chunks; ++c) {
     if (stop_on_signal && c % check_every == 0) {
       longest_unchecked_s = std::max(longest_unchecked_s, since_check.seconds());
-      stopped = s.conn.world_comm->reduce_number(g_stop_signal != 0 ? 1.0 : 0.0, comm::Reduce::max) != 0;
+      stopped = s.conn.world_comm->reduce_number(g_stop_signal.load() != 0 ? 1.0 : 0.0, comm::Reduce::max) != 0;
       since_check.reset();
       if (stopped) break;
     }
@@ -401,7 +416,7 @@ struct StepBoundary {
 
 StepBoundary agree_at_step_end(Trainer::State& s, int64_t steps_done, const Stopwatch& since_save) {
   const auto& deck = s.deck;
-  std::vector<double> flags{g_stop_signal != 0 ? 1.0 : 0.0,
+  std::vector<double> flags{g_stop_signal.load() != 0 ? 1.0 : 0.0,
                             s.conn.world.rank == 0 && deck.checkpoint.every_minutes > 0 &&
                                     since_save.seconds() >= 60.0 * deck.checkpoint.every_minutes
                                 ? 1.0
