@@ -25,12 +25,15 @@ std::string signal_lead_warning(double lead_s, const SafeStop& stop) {
     std::snprintf(work, sizeof work, "an evaluation's stretch between its checks for a signal %.2f s", stop.evaluation_s);
   else
     std::snprintf(work, sizeof work, "step %.2f s", stop.step_s);
-  char text[768];
+  char in_flight[96] = "";
+  if (stop.in_flight_s > 0)
+    std::snprintf(in_flight, sizeof in_flight, " + the background save it may find in flight %.2f s", stop.in_flight_s);
+  char text[900];
   std::snprintf(text, sizeof text,
                 "the job's signal comes %g s before its end (TRIDENT_SIGNAL_LEAD_S, the job script's "
-                "--signal=B:USR1@%g), but finishing a step and saving takes %.2f s here (%s + save %.2f s): a "
+                "--signal=B:USR1@%g), but finishing a step and saving takes %.2f s here (%s%s + save %.2f s): a "
                 "stop at the time limit would be killed mid-save. Ask for at least --signal=B:USR1@%g",
-                lead_s, lead_s, stop.needed_s(), work, stop.save_s, asked);
+                lead_s, lead_s, stop.needed_s(), work, in_flight, stop.save_s, asked);
   return text;
 }
 

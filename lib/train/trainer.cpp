@@ -516,9 +516,11 @@ struct RunTotals {
   double last_eval_s = 0;  // the longest stretch of the last evaluation between its checks for a signal
   bool signal_lead_warned = false;
   // What a stop takes on this rank: a mean step of this run (or, if longer, the stretch of an
-  // evaluation between its checks for a signal) and a save as long as the last one.
-  SafeStop safe_stop(double last_save_s) const {
-    return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, last_save_s, last_eval_s};
+  // evaluation between its checks for a signal) and a save as long as the last one; with
+  // background saves, also the one it may find in flight (as long as the last one).
+  SafeStop safe_stop(const Trainer::State& s) const {
+    return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, s.last_save_s, last_eval_s,
+            s.deck.checkpoint.async ? s.last_save_s : 0.0};
   }
 };
 
@@ -551,7 +553,7 @@ struct DataWaitTally {
 // evaluation, a step and a save? Rank 0 warns once, when it first does not.
 void check_signal_lead(const Trainer::State& s, RunTotals& run) {
   if (run.signal_lead_warned) return;
-  if (const std::string warning = signal_lead_warning(signal_lead_seconds(), run.safe_stop(s.last_save_s)); !warning.empty()) {
+  if (const std::string warning = signal_lead_warning(signal_lead_seconds(), run.safe_stop(s)); !warning.empty()) {
     log::warn("{}", warning);
     run.signal_lead_warned = true;
   }
@@ -669,7 +671,7 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
   s.times.total = wall.seconds();
   report::Summary summary = summarize_run(s, result, train_seconds);
   // What a stop takes: the slowest rank's mean step and last save.
-  summary.time_to_safe_stop_s = max_over_ranks(s, run.safe_stop(s.last_save_s).needed_s());
+  summary.time_to_safe_stop_s = max_over_ranks(s, run.safe_stop(s).needed_s());
   // The mean step while a background save was written and otherwise, the slowest rank's.
   const auto mean = [](double seconds, int64_t steps) { return steps > 0 ? seconds / static_cast<double>(steps) : 0.0; };
   summary.steps_while_writing = s.steps_while_writing;

@@ -36,6 +36,19 @@ TEST(SafeStop, AnEvaluationsStretchBetweenSignalChecksCountsWhenLongerThanAStep)
   EXPECT_NE(signal_lead_warning(100.0, short_stretch).find("(step 30.00 s + save 90.00 s)"), std::string::npos);
 }
 
+TEST(SafeStop, ABackgroundSaveInFlightCountsBeforeTheStopsOwnSave) {
+  // checkpoint.async: a signal just after a 90 s background save started waits for its write and
+  // commit, then saves its own step: 30 + 90 + 90 s.
+  const SafeStop stop{30.0, 90.0, 0.0, 90.0};
+  EXPECT_EQ(signal_lead_warning(210.0, stop), "");
+  const std::string warning = signal_lead_warning(150.0, stop);
+  EXPECT_NE(warning.find("takes 210.00 s here (step 30.00 s + the background save it may find in flight 90.00 s + "
+                         "save 90.00 s)"),
+            std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("at least --signal=B:USR1@315"), std::string::npos) << warning;  // 1.5 x 210
+}
+
 TEST(SafeStop, LeadFromTheEnvironment) {
   setenv("TRIDENT_SIGNAL_LEAD_S", "120", 1);
   EXPECT_EQ(signal_lead_seconds(), 120.0);
