@@ -165,6 +165,7 @@ void train_step(Trainer::State& s, int64_t step, data::Prefetcher* loader, StepT
     const double waited = watch.seconds();
     s.times.checkpoint += waited;
     s.background_copy_wait_s += waited;
+    s.copy_wait_in_steps_s += waited;
   }
   const double lr = s.stage.schedule.at(step);
   ScopedTimer t(s.times.optimizer);

@@ -530,9 +530,10 @@ EpochLoss epoch_loss(Trainer::State& s, const RunTotals& run) {
 }
 
 // This lifetime's figures so far, for goodput.jsonl (rank 0's own). `loader`: the epoch's, whose
-// waits are not yet in s.times.
+// waits are not yet in s.times. The steps' time leaves out their waits for a background save's
+// copies, which are checkpoint time (counted twice, goodput's "other" went negative).
 GoodputProgress goodput_progress(const Trainer::State& s, const RunTotals& run, const data::Prefetcher* loader = nullptr) {
-  return {run.steps_done, run.step_seconds, s.times.data_wait + (loader ? loader->wait_seconds() : 0.0), s.times.evaluation,
+  return {run.steps_done, run.step_seconds - s.copy_wait_in_steps_s, s.times.data_wait + (loader ? loader->wait_seconds() : 0.0), s.times.evaluation,
           s.times.checkpoint};
 }
 

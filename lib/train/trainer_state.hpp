@@ -110,6 +110,9 @@ struct Trainer::State {
   std::unique_ptr<checkpoint::BackgroundSave> background_save;
   checkpoint::Shard snapshot;
   double background_start_s = 0, background_copy_wait_s = 0;
+  // Every update's wait for a background save's copies, this lifetime: inside the steps' time and
+  // counted as checkpoint time too (goodput.jsonl takes it out of the steps').
+  double copy_wait_in_steps_s = 0;
   // Steps trained while a background save was being written (report.json).
   int64_t steps_while_writing = 0;
   double step_s_while_writing = 0;
