@@ -627,7 +627,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
 // The test split after an epoch, and the epoch's line.
 // A stop signal during it ends the run at the epoch's last step, saved, without the evaluation
 // (it is not in the checkpoint: the resumed run goes on with the next epoch). The last epoch's
-// evaluation is the run's result and the final save follows it, so a signal lets that one finish.
+// evaluation is the run's result, after the final save, so a signal lets that one finish.
 void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
   Evaluation evaluation;
   {
@@ -657,8 +657,7 @@ void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
 
 // The end of the run: the trained model saved, the rest of `result`, report.json (rank 0).
 void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
-  const EpochLoss last_epoch = epoch_loss(s, run);
-  if (s.restored.start_step < s.stage.total_steps || s.saves == 0) save_checkpoint(s, s.stage.total_steps, last_epoch);
+  const EpochLoss last_epoch = epoch_loss(s, run);  // (the final save is train_all's, before the last evaluation)
   check_signal_lead(s, run);  // for the next job of a chain, when no save came earlier
   run.progress.close();
   result.steps = s.stage.total_steps;
@@ -706,6 +705,10 @@ void train_all(Trainer::State& s, RunTotals& run, Result& result, const Stopwatc
     const int64_t end = std::min(s.stage.total_steps, (epoch + 1) * per_epoch);
     if (first >= end) continue;
     train_epoch(s, epoch, first, end, run);
+    // The trained model is saved before the last evaluation, which a stop signal lets finish (it
+    // is the run's result): a job killed during it (SIGKILL after Slurm's KillWait) loses that
+    // evaluation, not the training since the last checkpoint.
+    if (end == s.stage.total_steps) save_checkpoint(s, s.stage.total_steps, epoch_loss(s, run));
     evaluate_epoch(s, epoch, run);
   }
   finish_run(s, run, result, wall);

@@ -9,7 +9,8 @@
 # that the signal finds a save in flight: the stop commits that one, then saves its own step. A
 # signal before MPI_Init (TRIDENT_TEST_SIGNAL_AT_LAUNCH) stops the run after its first step.
 # Ctrl-C (SIGINT to mpiexec and the ranks) stops a run the same way; a second one a second later
-# ends a rank at once. A signal during an evaluation of the test split stops it early.
+# ends a rank at once. A signal during an evaluation of the test split stops it early. A kill
+# during the last evaluation keeps the final checkpoint; goodput counts waits for a save's copies once.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set data.prefetch=0)
@@ -140,4 +141,29 @@ set -e
 [ "$rc" = 130 ] || fail "exit code $rc after a second Ctrl-C, expected 130 (SIGINT): $(tail -3 twice.log)"
 [ $(( $(date +%s) - start )) -lt 10 ] || fail "the second Ctrl-C did not end the rank at once"
 echo "a second Ctrl-C: ended at once (exit 130)"
+
+# The last evaluation (the run's result; a stop signal lets it finish) comes after the final save:
+# a job killed during it (SIGKILL after Slurm's KillWait) keeps its training. 40 steps: the one
+# epoch's evaluation is the last; its 8 chunks of 3 s or more leave time to kill it.
+marker=last_evaluation_$$
+TRIDENT_TEST_SLOW_EVALUATION_MS=3000 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/last_evaluation \
+  "${args[@]}" --set run.max_steps=40 --set "run.name=$marker" >last_evaluation.log 2>&1 &
+launcher=$!
+for _ in $(seq 600); do grep -q "an evaluation chunk slowed" last_evaluation.log 2>/dev/null && break; sleep 0.1; done
+grep -q "an evaluation chunk slowed" last_evaluation.log || fail "no evaluation started: $(tail -3 last_evaluation.log)"
+pkill -KILL -f "^$trident train .*run.name=$marker" || fail "no rank to kill: $(tail -3 last_evaluation.log)"
+wait "$launcher" || true
+[ "$(cat runs/last_evaluation/checkpoints/latest)" = step_0000040.h5 ] \
+  || fail "killed during the last evaluation: latest is $(cat runs/last_evaluation/checkpoints/latest 2>&1), not step 40"
+"$trident" inspect runs/last_evaluation/checkpoints/step_0000040.h5 | grep -q "every block verified" \
+  || fail "the final checkpoint does not verify"
+echo "killed during the last evaluation: step 40 saved"
+
+# goodput.jsonl: an update's wait for a background save's copies is checkpoint time, not also a
+# step's (goodput's "other" went negative: -21% with saves slowed to 1 s).
+TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS=500 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/goodput \
+  "${args[@]}" --set run.max_steps=60 --set checkpoint.every_steps=20 >goodput.log 2>&1 || fail "goodput run failed"
+"$trident" report --goodput runs/goodput >goodput_report.log 2>&1 || fail "report --goodput failed: $(tail -3 goodput_report.log)"
+grep -q "^| other | [0-9]" goodput_report.log || fail "goodput: $(grep '^| other' goodput_report.log)"
+grep "^| checkpoint blocking\|^| other" goodput_report.log
 echo PASS
