@@ -239,12 +239,31 @@ void startup_fault_if_asked(int rank) {
 // adds to it, its earlier lifetimes' steps counted as lost.)
 void say_what_a_fresh_start_replaces(const std::string& dir, bool new_run) {
   std::vector<std::string> replaced;
-  for (const char* name : {"metrics.jsonl", "report.json", "goodput.jsonl"})
+  for (const char* name : {"metrics.jsonl", "goodput.jsonl"})
     if (std::filesystem::exists(dir + "/" + name) && (new_run || name != std::string("goodput.jsonl")))
       replaced.push_back(name);
   if (!replaced.empty())
     log::info("starting fresh in {}: {} of an earlier run there {} replaced", dir, fmt::join(replaced, ", "),
               replaced.size() == 1 ? "is" : "are");
+}
+
+// report.json describes a run as it finished. One that trains again in its folder (a fresh start,
+// or a resume past that end with run.max_steps or run.epochs raised) writes its own only when it
+// finishes: a stop or a fault before that left the earlier one there, which `trident report` and
+// a scaling study took for this run's. Moved aside, not removed: report.previous.json.
+void set_aside_earlier_report(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path report = fs::path(dir) / "report.json", previous = fs::path(dir) / "report.previous.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(report, ec)) return;
+  fs::rename(report, previous, ec);
+  if (ec)
+    log::warn("{} of an earlier end of this run could not be moved to {} ({}): it describes that end until this run "
+              "finishes",
+              report.string(), previous.string(), ec.message());
+  else
+    log::info("{} (the run as it ended before) moved to {}: this run writes its own when it finishes", report.string(),
+              previous.filename().string());
 }
 
 }  // namespace
@@ -274,6 +293,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
       if (!from.note.empty()) log::info("{}", from.note);
       if (!s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
       if (s.restored.start_step == 0) say_what_a_fresh_start_replaces(s.deck.run.output_dir, s.restored.new_run);
+      if (s.restored.start_step < s.stage.total_steps) set_aside_earlier_report(s.deck.run.output_dir);
     }
     s.retention = retention_of(s.deck, s.conn, s.restored.start_step, s.run_folder && s.run_folder->locked(),
                                s.restored.resumed_from);

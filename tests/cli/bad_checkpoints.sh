@@ -117,8 +117,10 @@ done
 # checkpoints (none counted by keep_last), and `latest` then names this run's.
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=2 --resume never \
   >never.log 2>&1 || fail "--resume never: $(tail -3 never.log)"
-grep -q "starting fresh in runs/chain: metrics.jsonl, report.json, goodput.jsonl of an earlier run there are replaced" never.log \
+grep -q "starting fresh in runs/chain: metrics.jsonl, goodput.jsonl of an earlier run there are replaced" never.log \
   || fail "--resume never did not say what it replaces: $(grep -i fresh never.log)"
+grep -q "runs/chain/report.json (the run as it ended before) moved to report.previous.json" never.log \
+  || fail "--resume never did not say where the earlier report.json went: $(grep -i report never.log)"
 grep -q "not this run's: step_0000003.h5, step_0000004.h5, step_0000005.h5;" never.log || fail "--resume never: $(grep -i 'checkpoints in' never.log)"
 left=$(cd runs/chain/checkpoints && echo step_*.h5)
 [ "$left" = "step_0000002.h5 step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "after --resume never: $left"

@@ -62,4 +62,20 @@ unreported=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data
 grep -q "nothing to train: .* metrics.jsonl left as it is; runs/smoke has no report.json: the run ended before writing it" \
   <<<"$unreported" || fail "no line saying the report is missing: $unreported"
 [ "$(md5sum <runs/smoke/metrics.jsonl)" = "$metrics" ] || fail "metrics.jsonl changed"
+# A finished run extended (run.max_steps raised) that ends before its own end (here a fault at
+# step 14): its folder no longer holds the earlier end's report.json, which trident report took
+# for this run's; that one is kept as report.previous.json.
+"$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke_extended \
+  --set run.max_steps=12 --set optim.global_batch=64 --set optim.micro_batch=16 >/dev/null 2>&1 || fail "smoke_extended failed"
+cp runs/smoke_extended/report.json finished_report.json
+set +e
+extended=$(TRIDENT_TEST_FAULT=0:14 "$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 \
+           --set run.name=smoke_extended --set run.max_steps=16 --set optim.global_batch=64 --set optim.micro_batch=16 2>&1)
+rc=$?
+set -e
+[ "$rc" = 1 ] || fail "the extended run: exit $rc, expected 1 (the injected fault): $extended"
+grep -q "runs/smoke_extended/report.json (the run as it ended before) moved to report.previous.json" <<<"$extended" ||
+  fail "no line saying where report.json went: $extended"
+[ ! -e runs/smoke_extended/report.json ] || fail "the earlier end's report.json is still there"
+cmp -s finished_report.json runs/smoke_extended/report.previous.json || fail "report.previous.json is not the earlier report.json"
 echo PASS
