@@ -191,27 +191,28 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, boo
   return {totals[0].item<double>() / n, totals[1].item<double>() / n, false, longest_unchecked_s};
 }
 
+// Whether the fault-injection variable `name` (RANK:STEP) names this rank and step boundary.
+bool injection_asked(const char* name, int rank, int64_t step) {
+  const char* spec = std::getenv(name);
+  int asked_rank = -1;
+  long long asked_step = -1;
+  return spec && std::sscanf(spec, "%d:%lld", &asked_rank, &asked_step) == 2 && asked_rank == rank &&
+         asked_step == step;
+}
+
 // Fault injection for the watchdog tests: TRIDENT_TEST_STALL=RANK:STEP makes that rank's main
 // thread stop at that step boundary for good (a stuck process whose heartbeat thread lives on).
 void stall_if_asked(int rank, int64_t step) {
-  static const char* spec = std::getenv("TRIDENT_TEST_STALL");
-  if (!spec) return;
-  int stall_rank = -1;
-  long long stall_step = -1;
-  if (std::sscanf(spec, "%d:%lld", &stall_rank, &stall_step) != 2 || stall_rank != rank || stall_step != step) return;
-  std::fprintf(stderr, "trident: test: rank %d stalls after step %lld (TRIDENT_TEST_STALL)\n", rank, stall_step);
+  if (!injection_asked("TRIDENT_TEST_STALL", rank, step)) return;
+  std::fprintf(stderr, "trident: test: rank %d stalls after step %lld (TRIDENT_TEST_STALL)\n", rank,
+               static_cast<long long>(step));
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 // Fault injection for the fail-fast tests: TRIDENT_TEST_FAULT=RANK:STEP makes that rank fail alone
 // (a Fault, as an I/O error would) at that step boundary, after the boundary's save has started.
 void fault_if_asked(int rank, int64_t step) {
-  static const char* spec = std::getenv("TRIDENT_TEST_FAULT");
-  if (!spec) return;
-  int fault_rank = -1;
-  long long fault_step = -1;
-  if (std::sscanf(spec, "%d:%lld", &fault_rank, &fault_step) != 2 || fault_rank != rank || fault_step != step) return;
-  fatal_one(fmt::format("a fault at step {} (TRIDENT_TEST_FAULT)", fault_step));
+  if (injection_asked("TRIDENT_TEST_FAULT", rank, step)) fatal_one(fmt::format("a fault at step {} (TRIDENT_TEST_FAULT)", step));
 }
 
 // Fault injection for the watchdog tests, during start-up: TRIDENT_TEST_STARTUP=RANK:stop makes
