@@ -120,7 +120,7 @@ void print_usage(std::FILE* out) {
   std::fprintf(out,
       "trident %s: hybrid data x pipeline x ZeRO parallel training with LibTorch, MPI and HDF5\n\n"
       "usage:\n"
-      "  mpiexec -n N trident train DECK [--set section.key=value ...] [--resume auto|never|PATH]\n"
+      "  mpiexec -n N trident train DECK [--set section.key=value ...] [--resume auto|never|PATH|auto:PATH]\n"
       "  trident train --help-deck                   every deck key, its default and meaning\n"
       "  trident prepare-data fashion-mnist --out FILE.h5 [--source DIR]\n"
       "  trident prepare-data synthetic --out FILE.h5 [--train N --test N --classes K --shape CxHxW --noise S --seed N]\n"
@@ -146,7 +146,9 @@ int train_command(int argc, char** argv) {
       "set", po::value<std::vector<std::string>>()->composing(), "override a deck key: --set optim.lr=3e-4")(
       "resume", po::value<std::string>()->default_value("auto"),
       "auto (the newest valid checkpoint in output_dir/checkpoints, if any) | never | a checkpoint file | "
-      "a checkpoints or run folder (its newest valid checkpoint) | a checkpoints/latest file");
+      "a checkpoints or run folder (its newest valid checkpoint) | a checkpoints/latest file | auto:PATH (this "
+      "run's newest valid checkpoint, or PATH while it has none: what a requeued job that started from PATH "
+      "continues with)");
   po::positional_options_description positional;
   positional.add("deck", 1);
 

@@ -1051,6 +1051,22 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
     return "";
   }
   if (mode.empty()) fatal_all("--resume '': give auto, never or a checkpoint file");
+  // auto:PATH: this run's own newest checkpoint, or PATH while it has none. What a requeued or
+  // chained job that started from PATH (another run's file, another layout) continues with: its
+  // own progress, not PATH again (jobs/*.slurm pass it on a requeue).
+  if (mode.rfind("auto:", 0) == 0) {
+    const std::string path = mode.substr(5);
+    if (path.empty() || path == "auto" || path == "never" || path.rfind("auto:", 0) == 0)
+      fatal_all(fmt::format("--resume {}: auto:PATH needs a checkpoint file or folder after 'auto:'", mode));
+    const std::string own = resolve_resume(dir, "auto", note, comm);
+    if (!own.empty()) {
+      note = fmt::format("--resume {}: this run has checkpoints of its own; {}", mode, note);
+      return own;
+    }
+    const std::string file = resolve_resume(dir, path, note, comm);
+    note = fmt::format("--resume {}: no checkpoint of this run in {} yet; {}", mode, dir, note);
+    return file;
+  }
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   std::string skipped;

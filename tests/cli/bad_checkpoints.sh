@@ -113,6 +113,20 @@ for from in runs/chain runs/chain/checkpoints runs/chain/checkpoints/latest; do
     || fail "--resume $from: the changed run.max_steps is not listed: $(grep -i 'deck keys' from.log)"
   [ "$(cat "$out/checkpoints/latest")" = step_0000006.h5 ] || fail "--resume $from did not train on to step 6"
 done
+# --resume auto:PATH (what the job scripts pass on a requeue of a run started with --resume PATH):
+# PATH while the run's folder has no checkpoint (a requeue before the first save); once it has,
+# its own newest, not PATH again (which threw the requeued run's progress away).
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set run.max_steps=6 --set run.output_dir=runs/auto_path \
+  --resume auto:runs/chain/checkpoints/step_0000005.h5 >auto_path.log 2>&1 || fail "auto:PATH: $(tail -3 auto_path.log)"
+grep -q "no checkpoint of this run in runs/auto_path/checkpoints yet; resuming from runs/chain/checkpoints/step_0000005.h5" \
+  auto_path.log || fail "auto:PATH without a checkpoint of its own: $(grep -i resum auto_path.log)"
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set run.max_steps=7 --set run.output_dir=runs/auto_path \
+  --resume auto:runs/chain/checkpoints/step_0000005.h5 >auto_path2.log 2>&1 || fail "auto:PATH again: $(tail -3 auto_path2.log)"
+grep -q "this run has checkpoints of its own; --resume auto: resuming from runs/auto_path/checkpoints/step_0000006.h5" \
+  auto_path2.log || fail "auto:PATH with a checkpoint of its own: $(grep -i resum auto_path2.log)"
+expect_bad auto_empty "resume auto:: auto:PATH needs a checkpoint file or folder after 'auto:'" --resume auto: \
+  --set run.output_dir=runs/auto_empty
+
 # --resume never in that folder: says it replaces the earlier run's results, leaves its
 # checkpoints (none counted by keep_last), and `latest` then names this run's.
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=2 --resume never \

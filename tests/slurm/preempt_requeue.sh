@@ -2,8 +2,9 @@
 # preempt_requeue.sh STATE SOURCE_DIR TRIDENT: the preemption path of jobs/ddp_2nodes.slurm. Slurm
 # signals the batch shell (what --signal=B:USR1@N does before a time limit; here sent at a known
 # moment with `scancel --signal=USR1 --batch`), the trap passes it to the ranks, trident
-# checkpoints and exits 3, the job requeues itself, and the second start resumes and ends with
-# the same final loss and final checkpoint (every tensor) as an uninterrupted run.
+# checkpoints and exits 3, the job requeues itself, and the second start resumes (submitted with
+# --resume never, it is given --resume auto) and ends with the same final loss and final
+# checkpoint (every tensor) as an uninterrupted run.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" preempt_requeue
 export TRIDENT=$trident
 steps=4000
@@ -15,8 +16,10 @@ expect_completed "$ref" 120 "the uninterrupted run"
 echo "uninterrupted run done after $(elapsed)"
 
 # shellcheck disable=SC2046
+# Submitted with --resume never: the requeued start must go on with its checkpoint (the job
+# script passes --resume auto on a requeue), not start from scratch again.
 id=$(sbatch --parsable --ntasks-per-node=1 --output="$work/pre-%j.out" "$src/jobs/ddp_2nodes.slurm" \
-       $(tiny_args $steps) --set run.output_dir="$work/pre")
+       $(tiny_args $steps) --set run.output_dir="$work/pre" --resume never)
 out=$work/pre-$id.out
 wait_for_line "$out" "step 20/$steps" 60
 scancel --signal=USR1 --batch "$id"
@@ -27,6 +30,7 @@ grep -q "requeueing (restart 1 of at most 3)" "$out" || { show_job "$id"; fail "
 expect_completed "$id" 120 "the requeued job"
 [ "$(field "$id" Restarts)" = 1 ] || fail "Restarts=$(field "$id" Restarts), expected 1"
 grep -q "resuming from $work/pre/checkpoints/step_" "$out" || { show_job "$id"; fail "the second start did not resume"; }
+grep -q "^  .*trident train .* --resume auto$" "$out" || { show_job "$id"; fail "the requeued start was not given --resume auto"; }
 grep -E "SIGUSR1 received|stopped by a signal|exited with|requeueing|restart 1\)|resuming from" "$out" | sed 's/^/    /'
 
 a=$(final_loss "$work/ref/metrics.jsonl" $steps) b=$(final_loss "$work/pre/metrics.jsonl" $steps)
