@@ -115,7 +115,9 @@ study=$(realpath -m "${study:-studies/$kind-$(date +%Y%m%d-%H%M%S)}")
 # queued by a refusal.
 for r in "${rank_list[@]}"; do
   run=$study/runs/ranks_$r
-  [ ! -e "$run/report.json" ] || { echo "$me: $run already holds a finished run; use another --study" >&2; exit 2; }
+  # (report.previous.json: a finished run that trained again there, moved aside by trident)
+  [ ! -e "$run/report.json" ] && [ ! -e "$run/report.previous.json" ] ||
+    { echo "$me: $run already holds a finished run; use another --study" >&2; exit 2; }
 done
 for folder in "$study" "$study/runs" "$study/logs"; do
   [ ! -e "$folder" ] || [ -d "$folder" ] || { echo "$me: --study: $folder is not a folder" >&2; exit 2; }

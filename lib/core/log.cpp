@@ -1,12 +1,13 @@
 #include "core/log.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 
 namespace trident::log {
 
 namespace {
-int g_rank = 0;
+std::atomic<int> g_rank{0};  // set on the main thread, read by every thread's lines
 std::mutex g_mutex;
 }  // namespace
 
@@ -16,7 +17,7 @@ int rank() { return g_rank; }
 void write_line(const std::string& line, bool to_stderr) {
   std::lock_guard<std::mutex> lock(g_mutex);
   FILE* out = to_stderr ? stderr : stdout;
-  std::fprintf(out, "[trident %d] %s\n", g_rank, line.c_str());
+  std::fprintf(out, "[trident %d] %s\n", g_rank.load(), line.c_str());
   std::fflush(out);
 }
 

@@ -26,7 +26,7 @@ class GoodputLog {
   // Closes the lifetime a previous process left open, then opens this one's, starting at step
   // `start_step` (0 for a fresh start): the steps earlier lifetimes trained beyond it are this
   // one's work lost. `new_run` (--resume never): the records there are another run's and are
-  // replaced, as its metrics.jsonl and report.json are.
+  // replaced, as its metrics.jsonl is (its report.json is moved to report.previous.json).
   GoodputLog(const std::string& output_dir, int64_t start_step, bool new_run = false);
   GoodputLog(const GoodputLog&) = delete;
   GoodputLog& operator=(const GoodputLog&) = delete;

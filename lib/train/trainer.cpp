@@ -538,10 +538,13 @@ struct RunTotals {
   bool signal_lead_warned = false;
   // What a stop takes on this rank: a mean step of this run (or, if longer, the stretch of an
   // evaluation between its checks for a signal) and a save as long as the last one; with
-  // background saves, also the one it may find in flight (as long as the last one).
+  // background saves (checkpoint.async with periodic saves), also the one it may find in flight
+  // (as long as the last one).
   SafeStop safe_stop(const Trainer::State& s) const {
+    const bool background_saves =
+        s.deck.checkpoint.async && (s.deck.checkpoint.every_steps > 0 || s.deck.checkpoint.every_minutes > 0);
     return {steps_trained > 0 ? step_seconds / static_cast<double>(steps_trained) : 0.0, s.last_save_s, last_eval_s,
-            s.deck.checkpoint.async ? s.last_save_s : 0.0};
+            background_saves ? s.last_save_s : 0.0};
   }
 };
 
@@ -676,7 +679,8 @@ void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
   update_goodput(s, run);
 }
 
-// The end of the run: the trained model saved, the rest of `result`, report.json (rank 0).
+// The end of the run (the trained model is saved already, before the last evaluation): the rest
+// of `result`, report.json (rank 0).
 void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
   const EpochLoss last_epoch = epoch_loss(s, run);  // (the final save is train_all's, before the last evaluation)
   check_signal_lead(s, run);  // for the next job of a chain, when no save came earlier
@@ -711,9 +715,9 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
             s.times.total, result.samples_per_s, 100.0 * result.test_accuracy, s.deck.run.output_dir);
 }
 
-// The run's training: each epoch's steps, an evaluation after each epoch, then the saved model and
-// report.json; a resumed run starts inside the epoch of its checkpoint's step, and one resumed at
-// its last step trains nothing.
+// The run's training: each epoch's steps and an evaluation after each (the last one after the
+// final save), then report.json; a resumed run starts inside the epoch of its checkpoint's step,
+// and one resumed at its last step trains nothing.
 void train_all(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
   if (s.restored.start_step >= s.stage.total_steps) {
     result = already_trained(s);
@@ -775,9 +779,11 @@ Result Trainer::run() {
     // A fault of this rank alone ends the job here, before the state is torn down: its destructors
     // wait for a background save's writer, a pending collective and the data loader, and the other
     // ranks' watchdog would otherwise blame this rank for a hang before it said what went wrong.
-    // (The abort hook records the exit in goodput.jsonl.)
-    if (s.conn.world.size > 1 && is_own_fault(std::current_exception()))
+    if (s.conn.world.size > 1 && is_own_fault(std::current_exception())) {
+      // Rank 0's goodput record with its figures now (the abort hook's would be the last update's).
+      if (s.goodput) s.goodput->close(kExitFault, goodput_progress(s, run));
       abort_job_for_fault(fault_text(std::current_exception()));
+    }
     if (s.goodput) s.goodput->close(exit_code_for(std::current_exception()), goodput_progress(s, run));
     throw;
   }

@@ -78,4 +78,9 @@ grep -q "runs/smoke_extended/report.json (the run as it ended before) moved to r
   fail "no line saying where report.json went: $extended"
 [ ! -e runs/smoke_extended/report.json ] || fail "the earlier end's report.json is still there"
 cmp -s finished_report.json runs/smoke_extended/report.previous.json || fail "report.previous.json is not the earlier report.json"
+# Rank 0's own fault: its goodput record has exit code 1 and its figures at the fault (step 14),
+# not those of its last update (step 12, where it started).
+record=$(tail -1 runs/smoke_extended/goodput.jsonl)
+grep -q '"exit_code":1[,}]' <<<"$record" && grep -q '"last_step":14[,}]' <<<"$record" ||
+  fail "the faulted lifetime's goodput record: $record"
 echo PASS

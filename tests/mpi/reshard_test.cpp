@@ -177,7 +177,7 @@ void expect_reshards(const std::string& name, const std::vector<Layout>& chain) 
     if (comm != MPI_COMM_NULL) {
       try {
         run_leg(comm, base, layout, from, first_step, steps, output_dir, what);
-      } catch (const std::exception& e) {  // every rank of the layout alike: the others still wait
+      } catch (const std::exception& e) {  // bad input: every rank alike (one rank's fault aborts the job)
         ADD_FAILURE() << what << ": " << e.what();
       }
       MPI_Comm_free(&comm);
