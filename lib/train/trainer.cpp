@@ -776,15 +776,14 @@ Result Trainer::run() {
       throw;
     }
   } catch (...) {
+    if (s.goodput) s.goodput->close(exit_code_for(std::current_exception()), goodput_progress(s, run));
     // A fault of this rank alone ends the job here, before the state is torn down: its destructors
     // wait for a background save's writer, a pending collective and the data loader, and the other
     // ranks' watchdog would otherwise blame this rank for a hang before it said what went wrong.
-    if (s.conn.world.size > 1 && is_own_fault(std::current_exception())) {
-      // Rank 0's goodput record with its figures now (the abort hook's would be the last update's).
-      if (s.goodput) s.goodput->close(kExitFault, goodput_progress(s, run));
+    // (Rank 0's goodput record is closed above with its figures now; the abort hook would write
+    // the last update's.)
+    if (s.conn.world.size > 1 && is_own_fault(std::current_exception()))
       abort_job_for_fault(fault_text(std::current_exception()));
-    }
-    if (s.goodput) s.goodput->close(exit_code_for(std::current_exception()), goodput_progress(s, run));
     throw;
   }
   if (s.goodput) s.goodput->close(kExitOk, goodput_progress(s, run));
