@@ -139,7 +139,34 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
     if (!error.empty()) folder->abandon();
   }
   comm::agree_or_throw(comm, error);
+  // Every rank saves its pieces of each checkpoint into this folder: one that sees another
+  // folder under the name (node-local scratch, a relative path under another working directory)
+  // would fail at the first save, after the work it was to keep. Found now, it is bad input.
+  const std::string owner = comm::broadcast(comm, rank == 0 ? folder->owner_ : "");
+  try {
+    comm::agree_or_throw(comm, rank == 0 || owner.empty() ? "" : folder->seen_elsewhere(owner));
+  } catch (...) {
+    if (rank == 0) folder->abandon();
+    throw;
+  }
   return folder;
+}
+
+std::string RunFolder::seen_elsewhere(const std::string& owner) const {
+  std::string seen;
+  if (const int fd = open(lock_path_.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    seen = read_file(fd);
+    close(fd);
+  }
+  if (seen == owner) return "";
+  std::error_code ec;
+  const std::string cwd = fs::current_path(ec).string();
+  return fmt::format(
+      "run.output_dir {}: {} does not see the folder rank 0 claimed ({} {}): every rank writes its part of each "
+      "checkpoint there, so it must be one folder that every node shares, not node-local storage{}",
+      dir_, who(), lock_path_,
+      seen.empty() ? "is not there" : "has another run's owner line in it",
+      fs::path(dir_).is_absolute() ? "" : fmt::format(" (a relative path: this rank resolves it in {})", cwd));
 }
 
 std::string RunFolder::lock() {
@@ -167,6 +194,7 @@ std::string RunFolder::lock() {
           "checkpoints and reports: wait for that run to end, or give this one another run.output_dir",
           dir_, read_owner(fd_), lock_path_);
     if (rc != 0) {
+      write_owner();  // the folder check of claim() reads it
       log::warn("run.output_dir {}: its file system does not support locks ({}); a second run started into this "
                 "folder would not be refused",
                 dir_, std::strerror(errno));
@@ -176,11 +204,7 @@ std::string RunFolder::lock() {
     struct stat held {}, named {};
     if (fstat(fd_, &held) == 0 && stat(lock_path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
         held.st_dev == named.st_dev) {
-      previous_owner_ = read_file(fd_);
-      wrote_owner_ = true;
-      const std::string owner = owner_description() + "\n";
-      if (ftruncate(fd_, 0) != 0 || pwrite(fd_, owner.data(), owner.size(), 0) < 0)
-        log::warn("run.output_dir {}: could not write the owner into {} ({})", dir_, lock_path_, std::strerror(errno));
+      write_owner();
       return "";
     }
     close(fd_);  // the file was replaced under us: lock the one the path names now
@@ -188,6 +212,19 @@ std::string RunFolder::lock() {
   }
   return fmt::format("run.output_dir {}: its lock file {} keeps being replaced; is another run starting there?",
                      dir_, lock_path_);
+}
+
+void RunFolder::write_owner() {
+  previous_owner_ = read_file(fd_);
+  wrote_owner_ = true;
+  owner_ = owner_description() + "\n";
+  // fsync: ranks on other nodes read it next (an NFS client sends an open file's writes to the
+  // server only at close or fsync).
+  if (ftruncate(fd_, 0) != 0 || pwrite(fd_, owner_.data(), owner_.size(), 0) != static_cast<ssize_t>(owner_.size()) ||
+      fsync(fd_) != 0) {
+    log::warn("run.output_dir {}: could not write the owner into {} ({})", dir_, lock_path_, std::strerror(errno));
+    owner_.clear();  // nothing for the other ranks to compare
+  }
 }
 
 void RunFolder::abandon() {

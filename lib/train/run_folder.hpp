@@ -11,7 +11,13 @@
 // blocks the next run and there is no stale-lock guessing. Record locks are what cluster file systems implement across nodes (NFSv3 via NLM,
 // NFSv4, Lustre mounted with -o flock, GPFS/Spectrum Scale); flock(2) is node-local on some of
 // them. Tested here on local ext4 and tmpfs. Where the file system refuses locks (ENOLCK,
-// ENOSYS, EOPNOTSUPP), rank 0 warns and the run goes on unguarded.
+// ENOSYS, EOPNOTSUPP), rank 0 warns and the run goes on unguarded. Mounts that keep locks
+// node-local (NFS -o nolock or local_lock, Lustre -o localflock, BeeGFS without global locks)
+// grant them: there a second run from another node is not refused.
+//
+// Every rank then reads the owner line back through its own path to the folder: a rank on a node
+// that sees another folder there (node-local scratch, a relative path under another working
+// directory) is bad input at start-up, not a failed first save after the training.
 #include <mpi.h>
 
 #include <memory>
@@ -40,12 +46,17 @@ class RunFolder {
  private:
   RunFolder() = default;
   std::string lock();  // rank 0: takes the lock, writes the owner; the refusal's message or ""
+  void write_owner();  // rank 0: the owner line into the lock file (previous_owner_ keeps its text)
+  // Ranks other than 0: "" when the lock file under this rank's path holds `owner` (rank 0's
+  // line), else the bad-input message: this rank sees another folder under run.output_dir.
+  std::string seen_elsewhere(const std::string& owner) const;
   std::string dir_, lock_path_;
   std::string first_created_;  // the outermost folder claim() created ("" if it existed)
   bool created_lock_file_ = false;
   bool wrote_owner_ = false;     // this run holds the lock and wrote its owner line
   bool unguarded_ = false;       // the file system refused locks: the run goes on without one
   std::string previous_owner_;  // the lock file's text before that
+  std::string owner_;           // rank 0: the owner line it wrote ("" if it could not)
   int fd_ = -1;  // rank 0: the open, locked lock file
 };
 

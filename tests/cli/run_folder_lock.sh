@@ -7,6 +7,9 @@
 #     (the kernel released the lock with C's processes) and resumes from C's checkpoint.
 #  3. A --resume that is refused (another global batch) into a new folder leaves no folder.
 #  4. A checkpoints folder a run could not save into is refused before training.
+#  5. A rank that sees another folder under run.output_dir than rank 0 (node-local storage; here
+#     a relative path under another working directory) is refused at start-up, naming the rank,
+#     and the refused run leaves nothing in either folder.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(/dev/null --set data.path=syn.h5 --set model.kind=mlp --set model.hidden=256,256 --set run.threads=1
       --set data.prefetch=0 --set optim.global_batch=64 --set run.log_every=100 --set checkpoint.every_steps=400
@@ -96,4 +99,19 @@ else
   umount runs/readonly/checkpoints 2>/dev/null || true
   echo "checkpoints folder: a dangling link, latest a folder refused; read-only not tried (no bind mount here)"
 fi
+
+# ---- 5. ranks that see different folders under one run.output_dir
+mkdir -p node_a node_b
+set +e
+"$mpiexec" -n 1 -wdir "$PWD/node_a" "$trident" train "${one[@]}" --set data.path="$PWD/syn.h5" --set run.output_dir=runs/x \
+  : -n 1 -wdir "$PWD/node_b" "$trident" train "${one[@]}" --set data.path="$PWD/syn.h5" --set run.output_dir=runs/x \
+  >split.log 2>&1
+rc=$?
+set -e
+refused "folders split between ranks" split.log "$rc"
+grep -q "run.output_dir runs/x: rank 1 on $(hostname) does not see the folder rank 0 claimed (runs/x/.trident-lock is not there)" split.log ||
+  fail "folders split between ranks: the message does not name rank 1 and the lock file"
+grep -q "this rank resolves it in $PWD/node_b" split.log || fail "folders split between ranks: no working directory named"
+[ -z "$(find node_a node_b -mindepth 1)" ] || fail "folders split between ranks: the refused run left $(find node_a node_b -mindepth 1)"
+echo "a rank seeing another folder under run.output_dir: refused at start-up (exit 2), nothing left behind"
 echo PASS
