@@ -13,6 +13,7 @@ packages=(
   lmod                                      # tests/slurm/module_load.sh: module load trident
   clang-14 libclang-rt-14-dev               # tests/fuzz: libFuzzer with ASan + UBSan
   python3-pip unzip                         # scripts/fetch-cuda-libtorch.sh: PyPI's torch wheel (CUDA flavour)
+  strace                                    # tests/cli/checkpoint_durability.sh: the order of fsyncs and renames
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -28,6 +28,7 @@
 #include "comm/world.hpp"
 #include "core/error.hpp"
 #include "core/hdf5.hpp"
+#include "core/log.hpp"
 #include "core/timer.hpp"
 #include "data/prepare.hpp"
 
@@ -344,22 +345,48 @@ std::string abandon(Hid& file, const std::string& path, const std::string& failu
   return failure;
 }
 
+// fsync of `path`, a file or a folder (the names in it): what a node's crash cannot take back.
+// "" or the error; a file system without the call (EINVAL) has nothing to do.
+std::string sync_to_disk(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::strerror(errno);
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  return rc == 0 || error == EINVAL ? "" : std::strerror(error);
+}
+
+// A rename made to last: the folder's entries to disk. A failure here finds the file committed
+// already; it is said, and the run goes on.
+void sync_folder(const std::string& dir) {
+  if (const std::string error = sync_to_disk(dir); !error.empty())
+    log::warn("checkpoint: fsync of the folder {} failed ({}); a crash of this node now could lose its last rename",
+              dir, error);
+}
+
 // Rank 0 makes a written file the checkpoint: rename (atomic on one file system), then
-// `latest`, then the oldest pruned down to keep_last. Files of later steps, and those of
+// `latest`, then the oldest pruned down to keep_last. Every step reaches the disk before the
+// next (the pieces and the attributes did before this): a node that crashes after a commit
+// (Lustre, GPFS and local disks keep written data in memory for a while) leaves `latest` naming
+// a whole file, and the previous checkpoint is pruned only once the new one is durable. Files of later steps, and those of
 // retention.not_this_runs, are not this run's (it started from an earlier step: a resume passed
 // over them as damaged, or --resume PATH / never named an earlier start); they are left alone and
 // do not count, so the good earlier ones are kept.
 void commit(const std::string& dir, const std::string& tmp_path, int64_t step, const Retention& retention) {
   const std::string name = step_file(step);
   fs::rename(tmp_path, dir + "/" + name);
+  sync_folder(dir);
   const std::string latest_tmp = dir + "/latest.tmp";
   {
     std::ofstream out(latest_tmp);
     out << name << "\n";
-    out.flush();
+    out.close();
     if (!out) fatal_one(fmt::format("checkpoint: cannot write {} ({})", latest_tmp, std::strerror(errno)));
   }
+  if (const std::string error = sync_to_disk(latest_tmp); !error.empty())
+    fatal_one(fmt::format("checkpoint: cannot write {} to disk ({})", latest_tmp, error));
   fs::rename(latest_tmp, dir + "/latest");
+  sync_folder(dir);
   std::vector<std::string> saved;  // this run's and those it continues, oldest first
   for (const auto& file : step_files_in(dir)) {
     const auto& others = retention.not_this_runs;
@@ -556,6 +583,11 @@ Written write_pieces(const Layout& layout, const std::atomic<bool>* abandon = nu
   // only crowd out the dataset's; and the next save gets pages the kernel has just freed, which
   // measured faster than fresh ones (benchmarks/README.md, "Checkpoint I/O"). Best effort: a
   // file system that ignores the advice loses nothing.
+  // fdatasync first: the commit must not name a file whose pieces a node's crash could still
+  // take (and only clean pages can leave the cache).
+  if (written.error.empty() && ::fdatasync(fd) != 0 && errno != EINVAL)
+    written.error = fmt::format("{}: writing {} to disk (fdatasync) failed: {}", who(), layout.tmp_path,
+                               std::strerror(errno));
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   if (::close(fd) != 0 && written.error.empty())
     written.error = fmt::format("{}: closing {} failed: {}", who(), layout.tmp_path, std::strerror(errno));
@@ -594,9 +626,16 @@ std::string add_attributes(const Layout& layout, const std::vector<int64_t>& all
     hdf5::write_int_attribute(file, "meta_crc32", text_crc(text));
     ok = H5Fflush(file, H5F_SCOPE_LOCAL) >= 0;
   }
-  if (ok) return "";
-  return abandon(file, layout.tmp_path,
-                 fmt::format("{}: writing the checksums of {} failed: {}", who(), layout.tmp_path, innermost(hdf5_error_text())));
+  if (!ok)
+    return abandon(file, layout.tmp_path, fmt::format("{}: writing the checksums of {} failed: {}", who(),
+                                                      layout.tmp_path, innermost(hdf5_error_text())));
+  file.reset();
+  if (const std::string error = sync_to_disk(layout.tmp_path); !error.empty()) {
+    std::error_code ignored;
+    fs::remove(layout.tmp_path, ignored);
+    return fmt::format("{}: writing {} to disk (fsync) failed: {}", who(), layout.tmp_path, error);
+  }
+  return "";
 }
 
 // Part 3 (collective, main thread, once every rank's part 2 is done): agreement, checksums,
