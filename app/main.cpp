@@ -5,11 +5,13 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/hdf5.hpp"
 #include "core/malloc_tuning.hpp"
 
 int main(int argc, char** argv) {
   using namespace trident::app;
   trident::keep_freed_memory_in_process();
+  trident::hdf5::without_its_file_locks();
   if (argc < 2) {  // no command: the usage, on stderr, as the mistake it is (once under mpiexec)
     if (trident::launcher_rank() == 0) print_usage(stderr);
     return 2;

@@ -490,7 +490,14 @@ class FileLayout {
     std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
     hdf5::quiet();
     Hid file(H5Fcreate(layout_.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file.valid()) return fmt::format("{}: cannot create {}: {}", who(), layout_.tmp_path, innermost(hdf5_error_text()));
+    if (!file.valid()) {
+      // HDF5 can fail after creating the file (a lock it could not take): the message says removed.
+      const std::string failure =
+          fmt::format("{}: cannot create {}: {}", who(), layout_.tmp_path, innermost(hdf5_error_text()));
+      std::error_code ignored;
+      fs::remove(layout_.tmp_path, ignored);
+      return failure;
+    }
     std::vector<std::string> groups{"params", "optim", "buffers", "rng"};
     for (const auto& s : state_names) groups.push_back("optim/" + s);
     const Hid no_times = hdf5::groups_without_times();
@@ -832,7 +839,8 @@ Reader::Reader(const std::string& path) : path_(path) {
     if (!fs::exists(path)) fatal_all(fmt::format("checkpoint {}: no such file", path));
     if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("checkpoint {}: not an HDF5 file (truncated?)", path));
     file_ = std::make_unique<Hid>(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    if (!file_->valid()) fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it (truncated or damaged)", path));
+    if (!file_->valid())  // (truncated or damaged, most often; or a lock HDF5 could not take)
+      fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it: {}", path, innermost(hdf5_error_text())));
     const std::string text = hdf5::read_string_attribute(*file_, "meta");
     long long stored_crc = -1;
     if (!hdf5::read_int_attribute(*file_, "meta_crc32", stored_crc)) stored_crc = -1;

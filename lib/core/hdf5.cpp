@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <utility>
 
@@ -17,6 +18,8 @@ std::recursive_mutex& mutex() {
 }
 
 void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+void without_its_file_locks() { setenv("HDF5_USE_FILE_LOCKING", "FALSE", /*overwrite=*/0); }
 
 void Hid::reset() {
   if (id_ < 0) return;

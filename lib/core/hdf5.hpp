@@ -18,6 +18,14 @@ std::recursive_mutex& mutex();
 // Turns off HDF5's own error printing; trident reports errors itself (HDF5_CHECK).
 void quiet();
 
+// HDF5's own file locks (flock, since 1.10) off, unless the user set HDF5_USE_FILE_LOCKING: they
+// guard single-writer/multi-reader access, and each file trident writes is written by one
+// process under the run folder's lock (a checkpoint's other ranks pwrite their pieces) and
+// published by rename, so they add nothing here. Where a file system has no lock manager (NFSv3
+// without lockd) they fail every create and open ("unable to lock file, errno = 37") even though
+// the run folder's own lock just warns. Called at the start of main, before any other thread.
+void without_its_file_locks();
+
 // Owns one hid_t and closes it with the matching H5?close.
 class Hid {
  public:

@@ -30,7 +30,7 @@ SplitReader::SplitReader(const std::string& path, const std::string& split, int6
   }
   if (!hdf5::is_hdf5_file(path)) bad("not an HDF5 file");
   file_ = hdf5::Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file_.valid()) bad("HDF5 cannot open it");
+  if (!file_.valid()) bad("HDF5 cannot open it: " + innermost(hdf5_error_text()));
   void* handle = nullptr;
   struct stat opened {};
   hdf5::Hid access(H5Fget_access_plist(file_));
