@@ -1,4 +1,5 @@
 #include "core/error.hpp"
+#include "core/host.hpp"
 
 #include <hdf5.h>
 #include <mpi.h>
@@ -21,11 +22,6 @@ namespace {
 std::mutex g_who_mutex;
 std::string g_who = "rank ?";
 
-std::string host_name() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
 }  // namespace
 
 void set_identity(int rank, const std::string& host) {

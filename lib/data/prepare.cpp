@@ -14,9 +14,11 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "core/hdf5.hpp"
 
 namespace trident::data {
@@ -119,12 +121,18 @@ void write_atomically(const std::string& out_given, Fill fill) {
   if (target.has_parent_path() && !fs::create_directories(target.parent_path(), ec) && ec)
     fatal_all(fmt::format("prepare-data: --out {}: cannot make its folder {} ({})", out, target.parent_path().string(),
                           ec.message()));
-  // One temporary name per process: tasks that stage the same file (srun on several nodes, a
+  // One temporary file per process: tasks that stage the same file (srun on several nodes, a
   // shared folder) each write their own and rename it over the same name; the last one wins.
-  const std::string tmp = fmt::format("{}.tmp.{}", out, static_cast<long>(getpid()));
+  // Its host, process id and a random part name it (process ids repeat across nodes, and every
+  // container's first process is 1), and it is created only if new: a process writes and removes
+  // only its own.
+  const std::string tmp = fmt::format("{}.tmp.{}.{}.{:08x}", out, host_name(), static_cast<long>(getpid()),
+                                      std::random_device{}());
+  bool created = false;
   try {
     {
-      hdf5::Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+      hdf5::Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT));
+      created = file.valid();
       if (!file.valid())
         fatal_all(fmt::format("prepare-data: --out {}: cannot create the file ({})", out, innermost(hdf5_error_text())));
       hdf5::Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
@@ -135,7 +143,7 @@ void write_atomically(const std::string& out_given, Fill fill) {
     fs::rename(tmp, out, ec);
     if (ec) fatal_all(fmt::format("prepare-data: --out {}: cannot put the file there ({})", out, ec.message()));
   } catch (...) {
-    fs::remove(tmp, ec);  // a failed conversion leaves nothing behind
+    if (created) fs::remove(tmp, ec);  // a failed conversion leaves nothing behind
     throw;
   }
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "core/log.hpp"
 
 namespace trident::train {
@@ -29,12 +30,6 @@ std::string job_name() {
     return job;
   }
   return "pid " + std::to_string(getpid());
-}
-
-std::string host_name() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
 }
 
 // Appends one line. A file that does not end with a newline (a process killed in mid-append)

@@ -14,6 +14,7 @@
 
 #include "comm/world.hpp"
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "core/log.hpp"
 
 namespace trident::train {
@@ -105,15 +106,13 @@ std::string unusable_entry(const std::string& dir) {
 }  // namespace
 
 std::string owner_description() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
   const char* job = std::getenv("SLURM_JOB_ID");
   const std::time_t now = std::time(nullptr);
   char when[32] = {0};
   std::tm utc{};
   gmtime_r(&now, &utc);
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return fmt::format("job {}, host {}, pid {}, started {}", job ? job : "(none: not under SLURM)", host,
+  return fmt::format("job {}, host {}, pid {}, started {}", job ? job : "(none: not under SLURM)", host_name(),
                      static_cast<long>(getpid()), when);
 }
 
