@@ -169,6 +169,25 @@ std::vector<std::string> step_files_in(const std::string& dir) {
   return names;
 }
 
+// fsync of `path`, a file or a folder (the names in it): what a node's crash cannot take back.
+// "" or the error; a file system without the call (EINVAL) has nothing to do.
+std::string sync_to_disk(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::strerror(errno);
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  return rc == 0 || error == EINVAL ? "" : std::strerror(error);
+}
+
+// A rename made to last: the folder's entries to disk. A failure here finds the file committed
+// already; it is said, and the run goes on.
+void sync_folder(const std::string& dir) {
+  if (const std::string error = sync_to_disk(dir); !error.empty())
+    log::warn("checkpoint: fsync of the folder {} failed ({}); a crash of this node now could lose its last rename",
+              dir, error);
+}
+
 }  // namespace
 
 std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep) {
@@ -192,6 +211,42 @@ std::vector<std::string> step_files_after(const std::string& dir, int64_t step) 
   std::vector<std::string> later = step_files_in(dir);
   later.erase(later.begin(), std::upper_bound(later.begin(), later.end(), step_file(step)));
   return later;
+}
+
+SetAside set_aside_later_steps(const std::string& dir, int64_t step, const std::string& keep) {
+  SetAside result;
+  const std::vector<std::string> later = step_files_after(dir, step);
+  if (later.empty()) return result;
+  const fs::path previous = fs::path(dir) / "previous";
+  std::error_code ec;
+  if (fs::is_directory(previous, ec)) {
+    std::vector<std::string> old = step_files_in(previous.string());
+    old.push_back("latest");
+    for (const auto& name : old) {
+      const fs::path file = previous / name;
+      if (!keep.empty() && fs::equivalent(file, keep, ec)) continue;
+      if (fs::remove(file, ec) && name != "latest") result.replaced.push_back(name);
+    }
+  }
+  fs::create_directories(previous, ec);
+  std::string latest;
+  if (std::ifstream in(fs::path(dir) / "latest"); in) std::getline(in, latest);
+  for (const auto& name : later) {
+    fs::rename(fs::path(dir) / name, previous / name, ec);
+    if (ec) {
+      result.failure = fmt::format("moving {} into {} failed ({})", name, previous.string(), ec.message());
+      break;
+    }
+    result.moved.push_back(name);
+  }
+  if (std::find(result.moved.begin(), result.moved.end(), latest) != result.moved.end()) {
+    fs::rename(fs::path(dir) / "latest", previous / "latest", ec);
+    if (ec && result.failure.empty())
+      result.failure = fmt::format("moving latest into {} failed ({})", previous.string(), ec.message());
+  }
+  sync_folder(previous.string());
+  sync_folder(dir);
+  return result;
 }
 
 namespace {
@@ -343,25 +398,6 @@ std::string abandon(Hid& file, const std::string& path, const std::string& failu
   H5Eclear2(H5E_DEFAULT);
   fs::remove(path, ignored);
   return failure;
-}
-
-// fsync of `path`, a file or a folder (the names in it): what a node's crash cannot take back.
-// "" or the error; a file system without the call (EINVAL) has nothing to do.
-std::string sync_to_disk(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::strerror(errno);
-  const int rc = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  return rc == 0 || error == EINVAL ? "" : std::strerror(error);
-}
-
-// A rename made to last: the folder's entries to disk. A failure here finds the file committed
-// already; it is said, and the run goes on.
-void sync_folder(const std::string& dir) {
-  if (const std::string error = sync_to_disk(dir); !error.empty())
-    log::warn("checkpoint: fsync of the folder {} failed ({}); a crash of this node now could lose its last rename",
-              dir, error);
 }
 
 // Rank 0 makes a written file the checkpoint: rename (atomic on one file system), then

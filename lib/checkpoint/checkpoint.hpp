@@ -59,7 +59,8 @@ struct Shard {
 // What pruning keeps after a commit: the newest keep_last step files up to the committed step,
 // not counting `not_this_runs`, which are left as they are: the files of later steps than the
 // one a run started from that were in the folder when it started (a resume passed over them as
-// damaged, or --resume PATH / never started earlier). A save of the same step replaces such a
+// damaged, or --resume PATH / never started earlier) and stayed there (set_aside_later_steps
+// moves them out where the run holds the folder's lock). A save of the same step replaces such a
 // file, which is the run's from then on (the caller drops it from the list).
 struct Retention {
   int keep_last = 1;
@@ -67,6 +68,19 @@ struct Retention {
 };
 // The step_*.h5 names in `dir` of steps after `step`, oldest first (none when `dir` is absent).
 std::vector<std::string> step_files_after(const std::string& dir, int64_t step);
+
+// A run that starts before the newest checkpoints of its folder (--resume never, --resume PATH of
+// an earlier step, a resume that passed over damaged files): those files are another run's. Left
+// in `dir`, a requeue of this run before its first save (--resume auto) would resume from them,
+// and each fresh start would add to them. They go into `dir`/previous, with `latest` when it
+// names one of them; what an earlier start had put there is removed first (one start back is
+// kept), except `keep` (the file this run resumes from). Rank 0, holding the folder's lock.
+struct SetAside {
+  std::vector<std::string> moved;     // names now in `dir`/previous
+  std::vector<std::string> replaced;  // names removed from `dir`/previous first
+  std::string failure;                // why the rest stayed in `dir` ("" when none did)
+};
+SetAside set_aside_later_steps(const std::string& dir, int64_t step, const std::string& keep);
 // Removes the saves an earlier run of the folder left unfinished (step_*.h5.tmp, latest.tmp: it
 // was killed while writing them; nothing reads them) and returns "name (size)" for each. Only
 // for the run that holds the folder's lock, before its first save. `keep`: a file this run resumes

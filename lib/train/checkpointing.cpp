@@ -327,6 +327,19 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
   if (!unfinished.empty())
     log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", checkpoint_dir(deck),
               fmt::join(unfinished, ", "));
+  if (locked) {  // unguarded, they may be another live run's
+    const auto aside = checkpoint::set_aside_later_steps(checkpoint_dir(deck), start_step, resumed_from);
+    if (!aside.moved.empty())
+      log::info("checkpoints in {} of later steps than this run's start (step {}), not this run's, moved to "
+                "{}/previous (a requeue with --resume auto resumes from this run's own, and a fresh start from "
+                "none){}: {}",
+                checkpoint_dir(deck), start_step, checkpoint_dir(deck),
+                aside.replaced.empty() ? ""
+                                       : fmt::format("; the {} an earlier start had moved there removed",
+                                                     fmt::join(aside.replaced, ", ")),
+                fmt::join(aside.moved, ", "));
+    if (!aside.failure.empty()) log::warn("checkpoints in {}: {}", checkpoint_dir(deck), aside.failure);
+  }
   retention.not_this_runs = checkpoint::step_files_after(checkpoint_dir(deck), start_step);
   if (!retention.not_this_runs.empty())
     log::info("checkpoints in {} of later steps than this run's start (step {}), not this run's: {}; left as they are "

@@ -67,7 +67,8 @@ expect_bad deck_changed "checkpoint deck_changed.h5: its deck \(attribute 'deck'
 expect_bad other_optimizer "checkpoint .*step_0000004.h5: written with optim.name = adamw, this run's is sgd" \
   --set optim.name=sgd --resume "$good"
 
-# Checkpoints at steps 2 and 4, step 4 damaged; --resume auto takes step 2, the run saves step 3.
+# Checkpoints at steps 2 and 4, step 4 damaged; --resume auto takes step 2, moves step 4 (not
+# this run's) into checkpoints/previous, untouched, and saves step 3.
 chain=(--set checkpoint.every_steps=2 --set run.output_dir=runs/chain)
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" >chain.log 2>&1 || fail "chain: $(tail -3 chain.log)"
 printf 'trident-damage-%.0s' $(seq 64) | dd of=runs/chain/checkpoints/step_0000004.h5 bs=1 \
@@ -78,19 +79,16 @@ damaged=$(md5sum <runs/chain/checkpoints/step_0000004.h5)
 grep -q "resuming from .*step_0000002.h5" resumed.log || fail "did not resume from step 2: $(grep -i resum resumed.log)"
 [ "$(cat runs/chain/checkpoints/latest)" = step_0000003.h5 ] || fail "latest is $(cat runs/chain/checkpoints/latest)"
 "$trident" inspect runs/chain/checkpoints/step_0000002.h5 >/dev/null || fail "the good step 2 it resumed from is gone or damaged"
-[ "$(md5sum <runs/chain/checkpoints/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
-# Resumed again (from step 3), saving only at step 5, past the damaged step 4: keep_last 2 counts
-# this run's files and those it continues (3, 5), not the damaged 4, so step 3 is kept and step 2
-# pruned. (Counting 4 pruned 2 and 3, leaving one good checkpoint.)
+grep -q "checkpoints in runs/chain/checkpoints of later steps than this run's start (step 2), not this run's, moved to runs/chain/checkpoints/previous (.*): step_0000004.h5$" \
+  resumed.log || fail "the damaged step 4 was not moved aside as another run's: $(grep -i 'checkpoints in' resumed.log)"
+[ "$(md5sum <runs/chain/checkpoints/previous/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
+# Resumed again (from step 3), saving only at step 5: keep_last 2 keeps 3 and 5, prunes 2.
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=5 \
   --set checkpoint.every_steps=10 >resumed2.log 2>&1 || fail "second resume: $(tail -3 resumed2.log)"
 grep -q "resuming from .*step_0000003.h5" resumed2.log || fail "did not resume from step 3: $(grep -i resum resumed2.log)"
-grep -q "checkpoints in .* of later steps than this run's start (step 3), not this run's: step_0000004.h5;" resumed2.log \
-  || fail "the damaged step 4 was not named as another run's: $(grep -i 'checkpoints in' resumed2.log)"
 left=$(cd runs/chain/checkpoints && echo step_*.h5)
-[ "$left" = "step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "checkpoints left: $left"
+[ "$left" = "step_0000003.h5 step_0000005.h5" ] || fail "checkpoints left: $left"
 "$trident" inspect runs/chain/checkpoints/step_0000003.h5 >/dev/null || fail "step 3 is damaged"
-[ "$(md5sum <runs/chain/checkpoints/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
 
 # The same with step 4's metadata garbled under a valid checksum: passed over, named with why (it
 # was std::invalid_argument, a fault that stopped --resume auto).
@@ -127,19 +125,37 @@ grep -q "this run has checkpoints of its own; --resume auto: resuming from runs/
 expect_bad auto_empty "resume auto:: auto:PATH needs a checkpoint file or folder after 'auto:'" --resume auto: \
   --set run.output_dir=runs/auto_empty
 
-# --resume never in that folder: says it replaces the earlier run's results, leaves its
-# checkpoints (none counted by keep_last), and `latest` then names this run's.
+# --resume never in that folder: says it replaces the earlier run's results, moves its
+# checkpoints and `latest` into checkpoints/previous (replacing the damaged step 4 an earlier
+# start had put there), and `latest` then names this run's.
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=2 --resume never \
   >never.log 2>&1 || fail "--resume never: $(tail -3 never.log)"
 grep -q "starting fresh in runs/chain: metrics.jsonl, goodput.jsonl of an earlier run there are replaced" never.log \
   || fail "--resume never did not say what it replaces: $(grep -i fresh never.log)"
 grep -q "runs/chain/report.json (the run as it ended before) moved to report.previous.json" never.log \
   || fail "--resume never did not say where the earlier report.json went: $(grep -i report never.log)"
-grep -q "not this run's: step_0000003.h5, step_0000004.h5, step_0000005.h5;" never.log || fail "--resume never: $(grep -i 'checkpoints in' never.log)"
+grep -q "not this run's, moved to runs/chain/checkpoints/previous (.*); the step_0000004.h5 an earlier start had moved there removed: step_0000003.h5, step_0000005.h5$" \
+  never.log || fail "--resume never: $(grep -i 'checkpoints in' never.log)"
 left=$(cd runs/chain/checkpoints && echo step_*.h5)
-[ "$left" = "step_0000002.h5 step_0000003.h5 step_0000004.h5 step_0000005.h5" ] || fail "after --resume never: $left"
+[ "$left" = "step_0000002.h5" ] || fail "after --resume never: $left"
+[ "$(cd runs/chain/checkpoints/previous && echo *)" = "latest step_0000003.h5 step_0000005.h5" ] ||
+  fail "after --resume never, previous holds $(ls runs/chain/checkpoints/previous)"
+[ "$(cat runs/chain/checkpoints/previous/latest)" = step_0000005.h5 ] || fail "previous/latest is $(cat runs/chain/checkpoints/previous/latest)"
 [ "$(cat runs/chain/checkpoints/latest)" = step_0000002.h5 ] || fail "after --resume never, latest is $(cat runs/chain/checkpoints/latest)"
 [ "$(wc -l <runs/chain/goodput.jsonl)" = 1 ] || fail "after --resume never, goodput.jsonl holds $(wc -l <runs/chain/goodput.jsonl) records, expected this run's 1"
+# A fresh start that fails before its first save (a lost node; here a fault at step 1), then its
+# requeue (the job scripts pass --resume auto for never): it starts fresh again, not from the
+# earlier run's step 2 (which it resumed from, unannounced, when that stayed in checkpoints/).
+set +e
+TRIDENT_TEST_FAULT=0:1 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=2 \
+  --resume never >never_fault.log 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || fail "fresh start with a fault at step 1: exit code $rc, expected 1 ($(tail -3 never_fault.log))"
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=2 --resume auto \
+  >never_requeued.log 2>&1 || fail "the requeue of the failed fresh start: $(tail -3 never_requeued.log)"
+grep -q -- "--resume auto: no checkpoint in runs/chain/checkpoints, starting fresh" never_requeued.log ||
+  fail "the requeue of a fresh start did not start fresh: $(grep -i resum never_requeued.log)"
 # --resume auto where every checkpoint is damaged: bad input naming each, not a quiet fresh start.
 mkdir -p runs/all_damaged/checkpoints
 cp corrupt.h5 runs/all_damaged/checkpoints/step_0000004.h5
