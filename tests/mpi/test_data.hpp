@@ -13,9 +13,18 @@
 
 namespace trident::test_support {
 
+// Removed by rank 0 when the test program exits (after MPI_Finalize, when no rank uses it).
 inline std::string shared_scratch_dir() {
-  static std::string dir;
-  if (!dir.empty()) return dir;
+  struct Scratch {
+    std::string dir;
+    bool owner = false;
+    ~Scratch() {
+      std::error_code ignored;
+      if (owner) std::filesystem::remove_all(dir, ignored);
+    }
+  };
+  static Scratch scratch;
+  if (!scratch.dir.empty()) return scratch.dir;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   char path[256] = {0};
@@ -25,8 +34,9 @@ inline std::string shared_scratch_dir() {
     if (!mkdtemp(path)) std::abort();
   }
   MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
-  dir = path;
-  return dir;
+  scratch.dir = path;
+  scratch.owner = rank == 0;
+  return scratch.dir;
 }
 
 // A classification set of 1 x 12 x 12 images in 4 classes, 512 to train on and `test_samples`

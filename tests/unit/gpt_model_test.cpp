@@ -64,10 +64,18 @@ std::vector<std::pair<config::Deck, model::InputSpec>> every_model_kind() {
   return {{gpt_deck(), {{16}, 50, true}}, {mlp, {{1, 9, 7}, 10}}, {cnn, {{3, 13, 10}, 6}}};
 }
 
+// <tmp>/trident-unit-<pid>/name; the folder is removed when the test program exits.
 std::string scratch(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("trident-unit-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  struct Folder {
+    std::filesystem::path path = std::filesystem::temp_directory_path() / ("trident-unit-" + std::to_string(::getpid()));
+    ~Folder() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static Folder folder;
+  std::filesystem::create_directories(folder.path);
+  return (folder.path / name).string();
 }
 
 }  // namespace
