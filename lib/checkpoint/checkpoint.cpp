@@ -190,7 +190,7 @@ void sync_folder(const std::string& dir) {
 
 }  // namespace
 
-std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep) {
+std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep, bool remove) {
   std::vector<std::string> removed;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return removed;
@@ -201,7 +201,7 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir, const s
     if (!keep.empty() && fs::equivalent(entry.path(), keep, ec)) continue;
     const auto bytes = entry.file_size(ec);
     const std::string size = ec ? "size unknown" : fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-    if (fs::remove(entry.path(), ec)) removed.push_back(fmt::format("{} ({})", name, size));
+    if (!remove || fs::remove(entry.path(), ec)) removed.push_back(fmt::format("{} ({})", name, size));
   }
   std::sort(removed.begin(), removed.end());
   return removed;

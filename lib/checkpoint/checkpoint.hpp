@@ -84,8 +84,10 @@ SetAside set_aside_later_steps(const std::string& dir, int64_t step, const std::
 // Removes the saves an earlier run of the folder left unfinished (step_*.h5.tmp, latest.tmp: it
 // was killed while writing them; nothing reads them) and returns "name (size)" for each. Only
 // for the run that holds the folder's lock, before its first save. `keep`: a file this run resumes
-// from (--resume naming a .tmp), which stays.
-std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep = "");
+// from (--resume naming a .tmp), which stays. remove = false: only listed (no lock held: they may
+// be another live run's).
+std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep = "",
+                                                bool remove = true);
 
 // Collective over `comm`. `params` and `buffers` list the whole model (every rank passes the
 // same lists and the same state names). Returns the committed file's path.

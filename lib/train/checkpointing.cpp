@@ -322,11 +322,14 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
   if (conn.world.rank != 0) return retention;  // rank 0 commits and prunes
   // Unguarded (no locks on this file system), an unfinished save may be another live run's.
   // Not the file this run resumes from, were it one of them (--resume naming a .tmp the user salvages).
-  const auto unfinished =
-      locked ? checkpoint::remove_unfinished_saves(checkpoint_dir(deck), resumed_from) : std::vector<std::string>{};
-  if (!unfinished.empty())
+  const auto unfinished = checkpoint::remove_unfinished_saves(checkpoint_dir(deck), resumed_from, locked);
+  if (!unfinished.empty() && locked)
     log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", checkpoint_dir(deck),
               fmt::join(unfinished, ", "));
+  else if (!unfinished.empty())
+    log::warn("unfinished saves in {}, left as they are (without locks they may be another live run's): {}; remove "
+              "them once no run uses this folder",
+              checkpoint_dir(deck), fmt::join(unfinished, ", "));
   if (locked) {  // unguarded, they may be another live run's
     const auto aside = checkpoint::set_aside_later_steps(checkpoint_dir(deck), start_step, resumed_from);
     if (!aside.moved.empty())

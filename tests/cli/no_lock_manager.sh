@@ -4,7 +4,7 @@
 # files are each written by one process and published by rename, so HDF5's own file locks (which
 # fail there: "unable to lock file, errno = 37") are not used: prepare-data writes its dataset,
 # a run at np 2 warns once that its folder is unguarded, trains, saves checkpoints that verify,
-# and a second run resumes from them.
+# and a second run resumes from them; a save killed midway leaves a .tmp the next run names.
 source "$(dirname "$0")/common.sh" "$1" "$2" 512
 shim=$3
 [ -f "$shim" ] || fail "no shim at $shim"
@@ -20,6 +20,18 @@ grep -q "its file system does not support locks (No locks available)" first.log 
 "$mpiexec" -n 2 -genv LD_PRELOAD "$shim" "$trident" train "${args[@]}" --set run.max_steps=6 >second.log 2>&1 ||
   fail "resuming without locks: exit code $? ($(tail -3 second.log))"
 grep -q "resuming from runs/nolock/checkpoints/step_0000004.h5" second.log || fail "the second run did not resume from step 4"
+# A save killed midway leaves its .tmp. Without locks it may be another live run's: the next run
+# leaves it, and says so (with a lock it removes it, saying so: kill_during_save.sh).
+set +e
+TRIDENT_TEST_KILL_DURING_SAVE=8 "$mpiexec" -n 2 -genv LD_PRELOAD "$shim" "$trident" train "${args[@]}" \
+  --set run.max_steps=8 >killed.log 2>&1
+set -e
+[ -f runs/nolock/checkpoints/step_0000008.h5.tmp ] || fail "the killed save left no step_0000008.h5.tmp: $(ls runs/nolock/checkpoints)"
+"$mpiexec" -n 2 -genv LD_PRELOAD "$shim" "$trident" train "${args[@]}" --set run.max_steps=7 >after_kill.log 2>&1 ||
+  fail "resuming after the kill: exit code $? ($(tail -3 after_kill.log))"
+grep -q "unfinished saves in runs/nolock/checkpoints, left as they are (without locks they may be another live run's): step_0000008.h5.tmp (" \
+  after_kill.log || fail "the unfinished step_0000008.h5.tmp was not named: $(grep -i unfinished after_kill.log)"
+[ -f runs/nolock/checkpoints/step_0000008.h5.tmp ] || fail "without locks, the unfinished save was removed"
 # A user's own choice of HDF5's locking is theirs: with HDF5_USE_FILE_LOCKING=TRUE the same
 # write fails, naming the cause.
 set +e
