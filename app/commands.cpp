@@ -24,6 +24,7 @@
 #include "comm/world.hpp"
 #include "config/deck.hpp"
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "core/torch_error.hpp"
 #include "data/prepare.hpp"
 #include "report/goodput.hpp"
@@ -100,8 +101,7 @@ config::Environment cuda_environment(int world_size) {
   config::Environment env;
   env.world_size = world_size;
   env.cuda_available = comm::cuda_visible_devices() > 0;
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
+  const std::string host = host_name();
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   if (!comm::cuda_built())
     env.no_cuda_reason = fmt::format("this trident was built without CUDA (LibTorch {} for the CPU; the README's "

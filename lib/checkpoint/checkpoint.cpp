@@ -181,11 +181,13 @@ std::string sync_to_disk(const std::string& path) {
 }
 
 // A rename made to last: the folder's entries to disk. A failure here finds the file committed
-// already; it is said, and the run goes on.
-void sync_folder(const std::string& dir) {
-  if (const std::string error = sync_to_disk(dir); !error.empty())
+// already; it is said, and the run goes on. False when it failed.
+bool sync_folder(const std::string& dir) {
+  const std::string error = sync_to_disk(dir);
+  if (!error.empty())
     log::warn("checkpoint: fsync of the folder {} failed ({}); a crash of this node now could lose its last rename",
               dir, error);
+  return error.empty();
 }
 
 }  // namespace
@@ -213,37 +215,60 @@ std::vector<std::string> step_files_after(const std::string& dir, int64_t step) 
   return later;
 }
 
-SetAside set_aside_later_steps(const std::string& dir, int64_t step, const std::string& keep) {
+SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::string& keep) {
   SetAside result;
-  const std::vector<std::string> later = step_files_after(dir, step);
-  if (later.empty()) return result;
-  const fs::path previous = fs::path(dir) / "previous";
+  const fs::path folder(dir), previous = folder / "previous", staging = folder / "previous.new";
   std::error_code ec;
-  if (fs::is_directory(previous, ec)) {
-    std::vector<std::string> old = step_files_in(previous.string());
-    old.push_back("latest");
-    for (const auto& name : old) {
-      const fs::path file = previous / name;
-      if (!keep.empty() && fs::equivalent(file, keep, ec)) continue;
-      if (fs::remove(file, ec) && name != "latest") result.replaced.push_back(name);
-    }
-  }
-  fs::create_directories(previous, ec);
+  const auto same = [&](const fs::path& a) { return !keep.empty() && fs::equivalent(a, keep, ec); };
   std::string latest;
-  if (std::ifstream in(fs::path(dir) / "latest"); in) std::getline(in, latest);
-  for (const auto& name : later) {
-    fs::rename(fs::path(dir) / name, previous / name, ec);
+  if (std::ifstream in(folder / "latest"); in) std::getline(in, latest);
+  // The run continues the folder's lineage when it resumes from the file `latest` names; only
+  // files of later steps are another run's then. Otherwise (a fresh start, a file elsewhere, an
+  // older one of this folder) every step file but the one it resumes from is.
+  const bool continues = !latest.empty() && same(folder / latest);
+  std::vector<std::string> others;
+  for (const auto& name : continues ? step_files_after(dir, step) : step_files_in(dir))
+    if (!same(folder / name)) others.push_back(name);
+  if (others.empty()) return result;
+  // Staged, so that nothing of the earlier set is removed unless every file moved.
+  if (fs::exists(staging, ec)) {
+    result.failure = fmt::format("{} is there already (a start interrupted while it set checkpoints aside): move it "
+                                 "away; nothing was moved",
+                                 staging.string());
+    return result;
+  }
+  fs::create_directories(staging, ec);
+  for (const auto& name : others) {
+    fs::rename(folder / name, staging / name, ec);
     if (ec) {
-      result.failure = fmt::format("moving {} into {} failed ({})", name, previous.string(), ec.message());
-      break;
+      result.failure = fmt::format("moving {} into {} failed ({}); what moved stays there", name, staging.string(),
+                                   ec.message());
+      return result;
     }
     result.moved.push_back(name);
   }
-  if (std::find(result.moved.begin(), result.moved.end(), latest) != result.moved.end()) {
-    fs::rename(fs::path(dir) / "latest", previous / "latest", ec);
-    if (ec && result.failure.empty())
-      result.failure = fmt::format("moving latest into {} failed ({})", previous.string(), ec.message());
+  if (std::find(others.begin(), others.end(), latest) != others.end()) fs::rename(folder / "latest", staging / "latest", ec);
+  // A file of previous/ this run resumes from comes back into the folder: it is the run's start,
+  // which a requeue before the first save resumes from again (--resume auto:PATH finds it here).
+  if (!keep.empty() && fs::equivalent(fs::path(keep).parent_path(), previous, ec)) {
+    fs::rename(keep, folder / fs::path(keep).filename(), ec);
+    if (!ec) result.brought_back = fs::path(keep).filename().string();
   }
+  // previous/ -> previous.old, previous.new -> previous, then the old set removed.
+  const fs::path old = folder / "previous.old";
+  if (fs::exists(previous, ec)) {
+    fs::remove_all(old, ec);
+    fs::rename(previous, old, ec);
+  }
+  fs::rename(staging, previous, ec);
+  if (ec) {
+    result.failure = fmt::format("renaming {} to {} failed ({})", staging.string(), previous.string(), ec.message());
+    return result;
+  }
+  for (const auto& name : step_files_in(old.string()))
+    if (fs::remove(old / name, ec)) result.replaced.push_back(name);
+  fs::remove(old / "latest", ec);
+  fs::remove(old, ec);  // only when empty: anything else the user put there stays
   sync_folder(previous.string());
   sync_folder(dir);
   return result;
@@ -411,7 +436,7 @@ std::string abandon(Hid& file, const std::string& path, const std::string& failu
 void commit(const std::string& dir, const std::string& tmp_path, int64_t step, const Retention& retention) {
   const std::string name = step_file(step);
   fs::rename(tmp_path, dir + "/" + name);
-  sync_folder(dir);
+  bool durable = sync_folder(dir);
   const std::string latest_tmp = dir + "/latest.tmp";
   {
     std::ofstream out(latest_tmp);
@@ -419,10 +444,18 @@ void commit(const std::string& dir, const std::string& tmp_path, int64_t step, c
     out.close();
     if (!out) fatal_one(fmt::format("checkpoint: cannot write {} ({})", latest_tmp, std::strerror(errno)));
   }
-  if (const std::string error = sync_to_disk(latest_tmp); !error.empty())
-    fatal_one(fmt::format("checkpoint: cannot write {} to disk ({})", latest_tmp, error));
+  if (const std::string error = sync_to_disk(latest_tmp); !error.empty()) {
+    log::warn("checkpoint: fsync of {} failed ({})", latest_tmp, error);
+    durable = false;
+  }
   fs::rename(latest_tmp, dir + "/latest");
-  sync_folder(dir);
+  durable = sync_folder(dir) && durable;
+  // Not known to be on disk: the older checkpoints stay, for a crash to fall back on.
+  if (!durable) {
+    log::warn("checkpoint: {} kept the checkpoints checkpoint.keep_last would remove, as its commit may not be on disk",
+              dir);
+    return;
+  }
   std::vector<std::string> saved;  // this run's and those it continues, oldest first
   for (const auto& file : step_files_in(dir)) {
     const auto& others = retention.not_this_runs;

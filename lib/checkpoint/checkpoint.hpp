@@ -69,18 +69,21 @@ struct Retention {
 // The step_*.h5 names in `dir` of steps after `step`, oldest first (none when `dir` is absent).
 std::vector<std::string> step_files_after(const std::string& dir, int64_t step);
 
-// A run that starts before the newest checkpoints of its folder (--resume never, --resume PATH of
-// an earlier step, a resume that passed over damaged files): those files are another run's. Left
-// in `dir`, a requeue of this run before its first save (--resume auto) would resume from them,
-// and each fresh start would add to them. They go into `dir`/previous, with `latest` when it
-// names one of them; what an earlier start had put there is removed first (one start back is
-// kept), except `keep` (the file this run resumes from). Rank 0, holding the folder's lock.
+// A run that does not continue its folder's newest checkpoint (--resume never, --resume PATH of
+// an earlier step or of another folder, a resume past damaged files): the step files there are
+// another run's (all but the one it resumes from; only later steps' when it resumes from the
+// file `latest` names). Left there, a requeue of this run before its first save (--resume auto)
+// would resume from them, and each fresh start would add to them. They go into `dir`/previous,
+// with `latest` when it names one; that folder's earlier set is removed once every file has moved
+// (one start back is kept). A file of previous/ the run resumes from (`keep`) comes back into
+// `dir`. Rank 0, holding the folder's lock.
 struct SetAside {
   std::vector<std::string> moved;     // names now in `dir`/previous
-  std::vector<std::string> replaced;  // names removed from `dir`/previous first
-  std::string failure;                // why the rest stayed in `dir` ("" when none did)
+  std::vector<std::string> replaced;  // names of the earlier set, removed
+  std::string brought_back;           // `keep`'s name, moved from previous/ into `dir`
+  std::string failure;                // why not all moved ("" when all did); nothing removed then
 };
-SetAside set_aside_later_steps(const std::string& dir, int64_t step, const std::string& keep);
+SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::string& keep);
 // Removes the saves an earlier run of the folder left unfinished (step_*.h5.tmp, latest.tmp: it
 // was killed while writing them; nothing reads them) and returns "name (size)" for each. Only
 // for the run that holds the folder's lock, before its first save. `keep`: a file this run resumes

@@ -128,11 +128,12 @@ void write_atomically(const std::string& out_given, Fill fill) {
   // only its own.
   const std::string tmp = fmt::format("{}.tmp.{}.{}.{:08x}", out, host_name(), static_cast<long>(getpid()),
                                       std::random_device{}());
-  bool created = false;
+  // HDF5 can fail after creating the file (a lock it cannot take): a name that was not there is ours.
+  std::error_code exists_error;
+  const bool created = !fs::exists(tmp, exists_error) && !exists_error;
   try {
     {
       hdf5::Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT));
-      created = file.valid();
       if (!file.valid())
         fatal_all(fmt::format("prepare-data: --out {}: cannot create the file ({})", out, innermost(hdf5_error_text())));
       hdf5::Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));

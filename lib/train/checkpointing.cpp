@@ -331,17 +331,18 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
               "them once no run uses this folder",
               checkpoint_dir(deck), fmt::join(unfinished, ", "));
   if (locked) {  // unguarded, they may be another live run's
-    const auto aside = checkpoint::set_aside_later_steps(checkpoint_dir(deck), start_step, resumed_from);
-    if (!aside.moved.empty())
-      log::info("checkpoints in {} of later steps than this run's start (step {}), not this run's, moved to "
-                "{}/previous (a requeue with --resume auto resumes from this run's own, and a fresh start from "
-                "none){}: {}",
-                checkpoint_dir(deck), start_step, checkpoint_dir(deck),
-                aside.replaced.empty() ? ""
-                                       : fmt::format("; the {} an earlier start had moved there removed",
-                                                     fmt::join(aside.replaced, ", ")),
-                fmt::join(aside.moved, ", "));
-    if (!aside.failure.empty()) log::warn("checkpoints in {}: {}", checkpoint_dir(deck), aside.failure);
+    const std::string dir = checkpoint_dir(deck);
+    const auto aside = checkpoint::set_aside_other_runs(dir, start_step, resumed_from);
+    if (!aside.moved.empty() && aside.failure.empty())
+      log::info("checkpoints in {} of another run (this one starts at step {} from {}) moved to {}/previous, so that "
+                "a requeue before this run's first save does not resume from them: {}",
+                dir, start_step, resumed_from.empty() ? "scratch" : resumed_from, dir, fmt::join(aside.moved, ", "));
+    if (!aside.replaced.empty())
+      log::warn("removed the checkpoints an earlier start had moved to {}/previous: {}", dir,
+                fmt::join(aside.replaced, ", "));
+    if (!aside.brought_back.empty())
+      log::info("{} moved back from {}/previous into {}: this run starts from it", aside.brought_back, dir, dir);
+    if (!aside.failure.empty()) log::warn("checkpoints in {} of another run: {}", dir, aside.failure);
   }
   retention.not_this_runs = checkpoint::step_files_after(checkpoint_dir(deck), start_step);
   if (!retention.not_this_runs.empty())

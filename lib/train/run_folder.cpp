@@ -220,7 +220,7 @@ void RunFolder::write_owner() {
   // fsync: ranks on other nodes read it next (an NFS client sends an open file's writes to the
   // server only at close or fsync).
   if (ftruncate(fd_, 0) != 0 || pwrite(fd_, owner_.data(), owner_.size(), 0) != static_cast<ssize_t>(owner_.size()) ||
-      fsync(fd_) != 0) {
+      (fsync(fd_) != 0 && errno != EINVAL)) {  // EINVAL: a file system without fsync
     log::warn("run.output_dir {}: could not write the owner into {} ({})", dir_, lock_path_, std::strerror(errno));
     owner_.clear();  // nothing for the other ranks to compare
   }
@@ -230,7 +230,7 @@ void RunFolder::abandon() {
   std::error_code ec;
   if (created_lock_file_ && (wrote_owner_ || unguarded_)) {
     fs::remove(lock_path_, ec);  // made by this run and still locked by it: no one else uses it
-  } else if (wrote_owner_) {     // an earlier run's lock file: its text as it was
+  } else if (wrote_owner_ && !unguarded_) {  // an earlier run's lock file: its text as it was (unlocked, it may be a live run's)
     if (ftruncate(fd_, 0) != 0 ||
         pwrite(fd_, previous_owner_.data(), previous_owner_.size(), 0) != static_cast<ssize_t>(previous_owner_.size()))
       log::warn("{}: could not restore its previous text ({})", lock_path_, std::strerror(errno));

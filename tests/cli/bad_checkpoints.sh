@@ -13,7 +13,7 @@
 #   other_optimizer  an AdamW checkpoint resumed with SGD (its state does not carry over)
 #   fewer_layers   written by mlp 64,64,64, resumed by mlp 64,64 (its fc3 would be dropped)
 # And a resume that passes over a damaged newest checkpoint prunes around it: the good older one
-# it resumed from is kept, the damaged later one is left as it was.
+# it resumed from is kept, the damaged later one is moved, untouched, into checkpoints/previous.
 source "$(dirname "$0")/common.sh" "$1" "$2" 2048
 make_bad=$3
 args=(--set data.path=syn.h5 --set run.max_steps=4 --set run.threads=1 --set optim.global_batch=64
@@ -79,7 +79,7 @@ damaged=$(md5sum <runs/chain/checkpoints/step_0000004.h5)
 grep -q "resuming from .*step_0000002.h5" resumed.log || fail "did not resume from step 2: $(grep -i resum resumed.log)"
 [ "$(cat runs/chain/checkpoints/latest)" = step_0000003.h5 ] || fail "latest is $(cat runs/chain/checkpoints/latest)"
 "$trident" inspect runs/chain/checkpoints/step_0000002.h5 >/dev/null || fail "the good step 2 it resumed from is gone or damaged"
-grep -q "checkpoints in runs/chain/checkpoints of later steps than this run's start (step 2), not this run's, moved to runs/chain/checkpoints/previous (.*): step_0000004.h5$" \
+grep -q "checkpoints in runs/chain/checkpoints of another run (this one starts at step 2 from runs/chain/checkpoints/step_0000002.h5) moved to runs/chain/checkpoints/previous, so that a requeue before this run's first save does not resume from them: step_0000004.h5$" \
   resumed.log || fail "the damaged step 4 was not moved aside as another run's: $(grep -i 'checkpoints in' resumed.log)"
 [ "$(md5sum <runs/chain/checkpoints/previous/step_0000004.h5)" = "$damaged" ] || fail "the damaged step 4 was changed"
 # Resumed again (from step 3), saving only at step 5: keep_last 2 keeps 3 and 5, prunes 2.
@@ -134,8 +134,10 @@ grep -q "starting fresh in runs/chain: metrics.jsonl, goodput.jsonl of an earlie
   || fail "--resume never did not say what it replaces: $(grep -i fresh never.log)"
 grep -q "runs/chain/report.json (the run as it ended before) moved to report.previous.json" never.log \
   || fail "--resume never did not say where the earlier report.json went: $(grep -i report never.log)"
-grep -q "not this run's, moved to runs/chain/checkpoints/previous (.*); the step_0000004.h5 an earlier start had moved there removed: step_0000003.h5, step_0000005.h5$" \
+grep -q "(this one starts at step 0 from scratch) moved to runs/chain/checkpoints/previous, .*: step_0000003.h5, step_0000005.h5$" \
   never.log || fail "--resume never: $(grep -i 'checkpoints in' never.log)"
+grep -q "warning: removed the checkpoints an earlier start had moved to runs/chain/checkpoints/previous: step_0000004.h5$" never.log ||
+  fail "--resume never did not warn that it removed the earlier set: $(grep -i 'removed' never.log)"
 left=$(cd runs/chain/checkpoints && echo step_*.h5)
 [ "$left" = "step_0000002.h5" ] || fail "after --resume never: $left"
 [ "$(cd runs/chain/checkpoints/previous && echo *)" = "latest step_0000003.h5 step_0000005.h5" ] ||
@@ -156,6 +158,30 @@ set -e
   >never_requeued.log 2>&1 || fail "the requeue of the failed fresh start: $(tail -3 never_requeued.log)"
 grep -q -- "--resume auto: no checkpoint in runs/chain/checkpoints, starting fresh" never_requeued.log ||
   fail "the requeue of a fresh start did not start fresh: $(grep -i resum never_requeued.log)"
+# A run resumed from a file of previous/ (the run a fresh start set aside), failing before its
+# first save, then requeued with --resume auto:PATH (what the job scripts pass): the file came
+# back into checkpoints/ and the requeue resumes from it, not from the fresh start's step 2
+# (which it took as "its own" before).
+lineage=(--set checkpoint.every_steps=2 --set run.output_dir=runs/lineage)
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${lineage[@]}" --set run.max_steps=4 >lineage_a.log 2>&1 ||
+  fail "lineage A: $(tail -3 lineage_a.log)"
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${lineage[@]}" --set run.max_steps=2 --resume never \
+  >lineage_b.log 2>&1 || fail "lineage B: $(tail -3 lineage_b.log)"
+from_previous=runs/lineage/checkpoints/previous/step_0000004.h5
+set +e
+TRIDENT_TEST_FAULT=0:5 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${lineage[@]}" --set run.max_steps=6 \
+  --resume "$from_previous" >lineage_c.log 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || fail "lineage C (a fault at step 5): exit code $rc ($(tail -3 lineage_c.log))"
+grep -q "step_0000004.h5 moved back from runs/lineage/checkpoints/previous into runs/lineage/checkpoints: this run starts from it" \
+  lineage_c.log || fail "lineage C: the file it resumed from was not brought back: $(grep -i 'previous' lineage_c.log)"
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${lineage[@]}" --set run.max_steps=6 \
+  --resume "auto:$from_previous" >lineage_requeued.log 2>&1 || fail "lineage C requeued: $(tail -3 lineage_requeued.log)"
+grep -q "this run has checkpoints of its own; --resume auto: resuming from runs/lineage/checkpoints/step_0000004.h5" \
+  lineage_requeued.log || fail "lineage C requeued: $(grep -i resum lineage_requeued.log)"
+[ "$(cd runs/lineage/checkpoints/previous && echo step_*.h5)" = step_0000002.h5 ] ||
+  fail "lineage: previous/ holds $(ls runs/lineage/checkpoints/previous), expected B's step 2"
 # --resume auto where every checkpoint is damaged: bad input naming each, not a quiet fresh start.
 mkdir -p runs/all_damaged/checkpoints
 cp corrupt.h5 runs/all_damaged/checkpoints/step_0000004.h5
