@@ -14,7 +14,7 @@ flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 libs=(-lboost_program_options -lfmt $(pkg-config --libs mpich hdf5-mpich 2>/dev/null || echo -lmpich -lhdf5_mpich))
 echo "building the fuzz target with $cxx"
 "$cxx" "${flags[@]}" "$root/tests/fuzz/deck_fuzz.cpp" "$root/lib/config/deck.cpp" "$root/lib/core/error.cpp" \
-  "$root/lib/core/log.cpp" "${libs[@]}" -o "$work/deck_fuzz"
+  "$root/lib/core/log.cpp" "$root/lib/core/host.cpp" "${libs[@]}" -o "$work/deck_fuzz"
 cp "$root"/inputs/*.ini "$root"/inputs/bad/*.ini "$work/corpus/"
 cd "$work"
 # detect_leaks stays on; -max_len keeps inputs deck-sized; -timeout catches hangs (regex blow-ups).
