@@ -320,18 +320,18 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
   checkpoint::Retention retention;
   retention.keep_last = static_cast<int>(deck.checkpoint.keep_last);
   if (conn.world.rank != 0) return retention;  // rank 0 commits and prunes
+  const std::string dir = checkpoint_dir(deck);
   // Unguarded (no locks on this file system), an unfinished save may be another live run's.
   // Not the file this run resumes from, were it one of them (--resume naming a .tmp the user salvages).
-  const auto unfinished = checkpoint::remove_unfinished_saves(checkpoint_dir(deck), resumed_from, locked);
+  const auto unfinished = checkpoint::remove_unfinished_saves(dir, resumed_from, locked);
   if (!unfinished.empty() && locked)
-    log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", checkpoint_dir(deck),
+    log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", dir,
               fmt::join(unfinished, ", "));
   else if (!unfinished.empty())
     log::warn("unfinished saves in {}, left as they are (without locks they may be another live run's): {}; remove "
               "them once no run uses this folder",
-              checkpoint_dir(deck), fmt::join(unfinished, ", "));
+              dir, fmt::join(unfinished, ", "));
   if (locked) {  // unguarded, they may be another live run's
-    const std::string dir = checkpoint_dir(deck);
     const auto aside = checkpoint::set_aside_other_runs(dir, start_step, resumed_from);
     if (!aside.moved.empty() && aside.failure.empty())
       log::info("checkpoints in {} of another run (this one starts at step {} from {}) moved to {}/previous, so that "
@@ -344,11 +344,11 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
       log::info("{} moved back from {}/previous into {}: this run starts from it", aside.brought_back, dir, dir);
     if (!aside.failure.empty()) log::warn("checkpoints in {} of another run: {}", dir, aside.failure);
   }
-  retention.not_this_runs = checkpoint::step_files_after(checkpoint_dir(deck), start_step);
+  retention.not_this_runs = checkpoint::step_files_after(dir, start_step);
   if (!retention.not_this_runs.empty())
     log::info("checkpoints in {} of later steps than this run's start (step {}), not this run's: {}; left as they are "
               "and not counted by checkpoint.keep_last (a save of the same step replaces one)",
-              checkpoint_dir(deck), start_step, fmt::join(retention.not_this_runs, ", "));
+              dir, start_step, fmt::join(retention.not_this_runs, ", "));
   return retention;
 }
 

@@ -21,7 +21,6 @@ for async in false true; do
   line_of() {  # the first line number of the calls matching the extended REGEX after line FROM (0: none)
     awk -v from="$2" -v re="$1" 'NR > from && $0 ~ re {print NR; exit}' <<<"$calls" | grep . || echo 0
   }
-  previous_done=0
   for step in 2 4; do
     name=step_000000$step.h5
     synced=$(grep -cE "fdatasync\([0-9]+<$ck/$name.tmp>" <<<"$calls" || true)
@@ -44,7 +43,6 @@ for async in false true; do
       [ "$removed" -gt "$done_at" ] || fail "async=$async: step 2 removed (line $removed) before step 4 was durable (line $done_at)"
       echo "async=$async: step 2 removed at line $removed, after step 4 was durable"
     fi
-    previous_done=$done_at
   done
   [ "$(cat $dir/checkpoints/latest)" = step_0000004.h5 ] || fail "async=$async: latest is $(cat $dir/checkpoints/latest)"
 done
