@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -83,7 +84,9 @@ std::string run_relative(const std::string& checkpoint, const std::string& outpu
   return !relative.empty() && *relative.begin() != ".." ? relative.string() : checkpoint;
 }
 
-void write_report_json(const std::string& path, const Summary& s) {
+namespace {
+
+json summary_json(const Summary& s) {
   json r;
   r["trident_version"] = TRIDENT_VERSION;
   r["torch_version"] = TORCH_VERSION;
@@ -102,7 +105,8 @@ void write_report_json(const std::string& path, const Summary& s) {
   r["parameters"] = s.parameters;
   r["resumed_from"] = s.resumed_from.empty() ? json(nullptr) : json(run_relative(s.resumed_from, s.deck.run.output_dir));
   r["first_step"] = s.first_step;
-  r["final"] = {{"train_loss", s.train_loss}, {"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}};
+  r["final"] = {{"train_loss", s.train_loss}, {"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy},
+                {"evaluated_by_a_later_job", false}};
   auto or_null = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   r["throughput"] = {{"samples_per_s", s.samples_per_s},       {"step_time_s", s.step_time_s},
                      {"tokens_per_s", or_null(s.tokens_per_s)}, {"tflops", or_null(s.tflops)},
@@ -153,8 +157,57 @@ void write_report_json(const std::string& path, const Summary& s) {
                      {"step_time_while_writing_s", s.step_time_while_writing_s},
                      {"step_time_otherwise_s", s.step_time_otherwise_s}};
   r["time_to_safe_stop_s"] = s.time_to_safe_stop_s ? json(*s.time_to_safe_stop_s) : json(nullptr);
+  return r;
+}
 
+// What identifies the checkpoint a pending report was written after: its size and modification
+// time (a file of the same name from another run, set aside and brought back, differs in both).
+json checkpoint_identity(const std::string& checkpoint) {
+  struct stat st {};
+  if (::stat(checkpoint.c_str(), &st) != 0) return nullptr;
+  return {{"bytes", static_cast<int64_t>(st.st_size)},
+          {"modified_ns", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}};
+}
+
+}  // namespace
+
+void write_report_json(const std::string& path, const Summary& s) { replace_file(path, summary_json(s).dump(2) + "\n"); }
+
+void write_pending_report(const std::string& path, const Summary& s, const std::string& checkpoint) {
+  json r = summary_json(s);
+  r["final"]["test_loss"] = r["final"]["test_accuracy"] = nullptr;
+  r["pending"] = {{"why", "the run's report.json but for its last evaluation, which was under way when this was "
+                          "written; a requeued job that finds the run trained completes it into report.json"},
+                  {"checkpoint", run_relative(checkpoint, s.deck.run.output_dir)},
+                  {"identity", checkpoint_identity(checkpoint)}};
   replace_file(path, r.dump(2) + "\n");
+}
+
+std::string complete_pending_report(const std::string& pending, const std::string& path, const std::string& checkpoint,
+                                    double test_loss, double test_accuracy, double evaluation_s) {
+  json r;
+  {
+    std::ifstream in(pending);
+    if (!in) return fmt::format("{} cannot be read ({})", pending, std::strerror(errno));
+    r = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+  if (!r.is_object() || !r.contains("pending") || !r["pending"].is_object() || !r.contains("final") ||
+      !r.contains("time_s") || !r["time_s"].is_object())
+    return fmt::format("{} is not a pending report trident wrote", pending);
+  const json identity = checkpoint_identity(checkpoint);
+  if (identity.is_null() || r["pending"].value("identity", json()) != identity)
+    return fmt::format("{} was written after another checkpoint than {} ({})", pending, checkpoint,
+                       r["pending"].value("checkpoint", std::string("?")));
+  r.erase("pending");
+  r["final"]["test_loss"] = test_loss;
+  r["final"]["test_accuracy"] = test_accuracy;
+  r["final"]["evaluated_by_a_later_job"] = true;
+  for (const char* phase : {"evaluation", "total"})
+    r["time_s"][phase] = r["time_s"].value(phase, 0.0) + evaluation_s;
+  replace_file(path, r.dump(2) + "\n");
+  std::error_code ec;
+  std::filesystem::remove(pending, ec);
+  return "";
 }
 
 namespace {

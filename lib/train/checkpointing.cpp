@@ -256,7 +256,7 @@ void count_save(Trainer::State& s, double total_s, const std::string& path) {
 
 }  // namespace
 
-void save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss) {
+std::string save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss) {
   commit_background_save(s);
   Stopwatch watch;
   const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta_of(s, step, loss),
@@ -266,6 +266,7 @@ void save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss) {
   s.times.checkpoint += seconds;
   count_save(s, seconds, path);
   log::info("checkpoint {} written in {:.3f} s", path, seconds);
+  return path;
 }
 
 void start_background_save(Trainer::State& s, int64_t step, const EpochLoss& loss) {

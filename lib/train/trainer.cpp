@@ -248,6 +248,9 @@ void say_what_a_fresh_start_replaces(const std::string& dir, bool new_run) {
               replaced.size() == 1 ? "is" : "are");
 }
 
+// report.json but for the last evaluation (report::write_pending_report).
+std::string pending_report_path(const Trainer::State& s) { return s.deck.run.output_dir + "/report.pending.json"; }
+
 // report.json describes a run as it finished. One that trains again in its folder (a fresh start,
 // or a resume past that end with run.max_steps or run.epochs raised) writes its own only when it
 // finishes: a stop or a fault before that left the earlier one there, which `trident report` and
@@ -294,7 +297,11 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
       if (!from.note.empty()) log::info("{}", from.note);
       if (!s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
       if (s.restored.start_step == 0) say_what_a_fresh_start_replaces(s.deck.run.output_dir, s.restored.new_run);
-      if (s.restored.start_step < s.stage.total_steps) set_aside_earlier_report(s.deck.run.output_dir);
+      if (s.restored.start_step < s.stage.total_steps) {
+        set_aside_earlier_report(s.deck.run.output_dir);
+        std::error_code ec;  // an earlier end's, whose last evaluation this run's training makes moot
+        std::filesystem::remove(pending_report_path(s), ec);
+      }
     }
     s.retention = retention_of(s.deck, s.conn, s.restored.start_step, s.run_folder && s.run_folder->locked(),
                                s.restored.resumed_from);
@@ -399,11 +406,16 @@ void log_layout(const Trainer::State& s) {
 // throughput and no losses where the real figures are; evaluate and leave them be. A finished
 // checkpoint resumed into another folder (to evaluate it at another layout, or by mistake) writes
 // no report.json or metrics.jsonl there either: a scaling study would read a zero-step run.
+// One killed during its last evaluation (after the final save) left report.pending.json: that
+// evaluation, done here, completes it into report.json.
 Result already_trained(Trainer::State& s) {
+  Stopwatch evaluating;
   const Evaluation done = evaluate_test_split(s);
+  const double evaluation_s = evaluating.seconds();
   const std::string& dir = s.deck.run.output_dir;
   // Its own folder's checkpoint as report.json's resumed_from judges it.
   const bool own_checkpoint = report::run_relative(s.restored.resumed_from, dir).rfind("checkpoints/", 0) == 0;
+  const std::string pending = pending_report_path(s);
   std::string files;
   if (!own_checkpoint)
     files = fmt::format("nothing written to report.json or metrics.jsonl in {} (raise run.max_steps or run.epochs to "
@@ -411,8 +423,18 @@ Result already_trained(Trainer::State& s) {
                         dir);
   else if (std::filesystem::exists(dir + "/report.json"))
     files = "report.json and metrics.jsonl left as they are";
-  else  // stopped after its last save and before its report (a kill, a node failure)
+  else if (s.conn.world.rank != 0 || !std::filesystem::exists(pending))  // stopped after its last save and before
     files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it", dir);
+  else if (const std::string why_not = report::complete_pending_report(pending, dir + "/report.json",
+                                                                       s.restored.resumed_from, done.loss,
+                                                                       done.accuracy, evaluation_s);
+           why_not.empty())
+    files = fmt::format("the run ended during its last evaluation: {}/report.json written from report.pending.json "
+                        "with this evaluation's test figures",
+                        dir);
+  else
+    files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it ({})",
+                        dir, why_not);
   log::info("nothing to train: {} is at step {} of {}; {} | test loss {:.4f} | test accuracy {:.2f}%",
             s.restored.resumed_from, s.restored.start_step, s.stage.total_steps, files, done.loss, 100.0 * done.accuracy);
   s.watchdog->stop();
@@ -679,14 +701,11 @@ void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
   update_goodput(s, run);
 }
 
-// The end of the run (the trained model is saved already, before the last evaluation): the rest
-// of `result`, report.json (rank 0).
-void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
-  const EpochLoss last_epoch = epoch_loss(s, run);  // (the final save is train_all's, before the last evaluation)
-  check_signal_lead(s, run);  // for the next job of a chain, when no save came earlier
-  run.progress.close();
+// report.json's figures of the trained run (collective; s.times become the maxima over ranks),
+// with run.last_eval's test figures, but the watchdog's CPU time: the rest of `result` too.
+report::Summary summarize_trained_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
   result.steps = s.stage.total_steps;
-  result.train_loss = last_epoch.mean();
+  result.train_loss = epoch_loss(s, run).mean();  // (the final save is train_all's, before the last evaluation)
   result.test_loss = run.last_eval.loss;
   result.test_accuracy = run.last_eval.accuracy;
   const double train_seconds = max_over_ranks(s, run.train_seconds);
@@ -703,10 +722,34 @@ void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwat
   summary.step_time_while_writing_s = max_over_ranks(s, mean(s.step_s_while_writing, s.steps_while_writing));
   summary.step_time_otherwise_s = max_over_ranks(
       s, mean(run.step_seconds - s.step_s_while_writing, run.steps_trained - s.steps_while_writing));
-  s.watchdog->stop();
   summary.watchdog_timeout_s = s.watchdog->enabled() ? s.deck.run.fail_timeout_s : 0.0;
+  return summary;
+}
+
+// After the final save, before the last evaluation: report.pending.json (rank 0), which a job
+// killed during that evaluation leaves for its requeue to complete (already_trained).
+void write_pending_report(Trainer::State& s, RunTotals& run, const std::string& checkpoint, const Stopwatch& wall) {
+  const report::PhaseTimes own = s.times;  // this rank's, which the evaluation goes on adding to
+  Result figures;
+  report::Summary summary = summarize_trained_run(s, run, figures, wall);
+  summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());  // so far
+  s.times = own;
+  if (s.conn.world.rank == 0) report::write_pending_report(pending_report_path(s), summary, checkpoint);
+}
+
+// The end of the run (the trained model is saved already, before the last evaluation): the rest
+// of `result`, report.json (rank 0).
+void finish_run(Trainer::State& s, RunTotals& run, Result& result, const Stopwatch& wall) {
+  check_signal_lead(s, run);  // for the next job of a chain, when no save came earlier
+  run.progress.close();
+  report::Summary summary = summarize_trained_run(s, run, result, wall);
+  s.watchdog->stop();
   summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());
-  if (s.conn.world.rank == 0) report::write_report_json(s.deck.run.output_dir + "/report.json", summary);
+  if (s.conn.world.rank == 0) {
+    report::write_report_json(s.deck.run.output_dir + "/report.json", summary);
+    std::error_code ec;
+    std::filesystem::remove(pending_report_path(s), ec);
+  }
   const int64_t first = s.restored.start_step;  // a resumed run trained only the steps after it
   log::info("done: {} in {:.1f} s | {:.0f} samples/s in training steps | test accuracy {:.2f}% | report {}/report.json",
             first > 0 ? fmt::format("steps {}..{} ({} trained after resuming)", first, s.stage.total_steps,
@@ -733,7 +776,8 @@ void train_all(Trainer::State& s, RunTotals& run, Result& result, const Stopwatc
     // The trained model is saved before the last evaluation, which a stop signal lets finish (it
     // is the run's result): a job killed during it (SIGKILL after Slurm's KillWait) loses that
     // evaluation, not the training since the last checkpoint.
-    if (end == s.stage.total_steps) save_checkpoint(s, s.stage.total_steps, epoch_loss(s, run));
+    if (end == s.stage.total_steps)
+      write_pending_report(s, run, save_checkpoint(s, s.stage.total_steps, epoch_loss(s, run)), wall);
     evaluate_epoch(s, epoch, run);
   }
   finish_run(s, run, result, wall);

@@ -149,7 +149,8 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
                                    const std::string& resumed_from);
 // Writes and commits the checkpoint of step `step` (collective), counted in s.times/saves/bytes;
 // a background save still in flight is committed first. `loss`: the epoch's up to `step`.
-void save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss);
+// Returns the file written.
+std::string save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss);
 // checkpoint.async: starts the background save of step `step` (collective); one still in flight
 // is waited for (the wait is logged) and committed first.
 void start_background_save(Trainer::State& s, int64_t step, const EpochLoss& loss);

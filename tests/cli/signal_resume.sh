@@ -10,7 +10,7 @@
 # signal before MPI_Init (TRIDENT_TEST_SIGNAL_AT_LAUNCH) stops the run after its first step.
 # Ctrl-C (SIGINT to mpiexec and the ranks) stops a run the same way; a second one a second later
 # ends a rank at once. A signal during an evaluation of the test split stops it early. A kill
-# during the last evaluation keeps the final checkpoint; goodput counts waits for a save's copies once.
+# during the last evaluation keeps the final checkpoint, and its requeue completes report.json; goodput counts waits for a save's copies once.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(--set data.path=syn.h5 --set run.max_steps=300 --set run.log_every=10 --set run.threads=1
       --set optim.global_batch=64 --set optim.micro_batch=16 --set data.prefetch=0)
@@ -157,7 +157,31 @@ wait "$launcher" || true
   || fail "killed during the last evaluation: latest is $(cat runs/last_evaluation/checkpoints/latest 2>&1), not step 40"
 "$trident" inspect runs/last_evaluation/checkpoints/step_0000040.h5 | grep -q "every block verified" \
   || fail "the final checkpoint does not verify"
-echo "killed during the last evaluation: step 40 saved"
+[ -f runs/last_evaluation/report.pending.json ] && [ ! -e runs/last_evaluation/report.json ] \
+  || fail "killed during the last evaluation: expected report.pending.json and no report.json: $(ls runs/last_evaluation)"
+# Its requeue finds the run trained: it evaluates the saved model and completes report.json, whose
+# figures are those of a run that was never killed (the training's, as the pending report has
+# them; the test figures, as an uninterrupted run's last evaluation gives them), bit for bit.
+"$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/last_evaluation "${args[@]}" --set run.max_steps=40 \
+  --resume auto >last_evaluation_requeued.log 2>&1 || fail "the requeue failed: $(tail -3 last_evaluation_requeued.log)"
+grep -q "nothing to train: .* the run ended during its last evaluation: runs/last_evaluation/report.json written from report.pending.json" \
+  last_evaluation_requeued.log || fail "no line saying report.json was completed: $(grep 'nothing to train' last_evaluation_requeued.log)"
+[ ! -e runs/last_evaluation/report.pending.json ] || fail "report.pending.json left after it was completed"
+"$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/last_evaluation_straight "${args[@]}" \
+  --set run.max_steps=40 >last_evaluation_straight.log 2>&1 || fail "the uninterrupted 40-step run failed"
+field() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"r": r}))' "$@"; }
+for f in 'r["final"]["train_loss"]' 'r["final"]["test_loss"]' 'r["final"]["test_accuracy"]' 'r["steps"]' 'r["first_step"]'; do
+  completed=$(field runs/last_evaluation/report.json "$f") straight=$(field runs/last_evaluation_straight/report.json "$f")
+  [ "$completed" = "$straight" ] || fail "report.json completed by the requeue: $f = $completed, uninterrupted $straight"
+done
+[ "$(field runs/last_evaluation/report.json 'r["final"]["evaluated_by_a_later_job"]')" = True ] &&
+  [ "$(field runs/last_evaluation_straight/report.json 'r["final"]["evaluated_by_a_later_job"]')" = False ] ||
+  fail "final.evaluated_by_a_later_job is not true in the completed report and false in the uninterrupted one"
+field runs/last_evaluation/report.json 'r["throughput"]["samples_per_s"] > 0 and r["time_s"]["evaluation"] > 0 and "pending" not in r' |
+  grep -qx True || fail "the completed report lacks its training's throughput or the evaluation's time"
+"$trident" report runs/last_evaluation --out last_evaluation_report >/dev/null && grep -q "40" last_evaluation_report/report.csv \
+  || fail "trident report cannot read the completed report.json"
+echo "killed during the last evaluation: step 40 saved; the requeue completed report.json"
 
 # goodput.jsonl: an update's wait for a background save's copies is checkpoint time, not also a
 # step's (goodput's "other" went negative: -21% with saves slowed to 1 s).

@@ -374,3 +374,44 @@ TEST_F(StudyReport, LinkedRunFoldersAreReadAndEachRunOnce) {
   run("kept/ranks_2/scratch/copy", 2, 1, 0.030, 64);
   ASSERT_EQ(load_study({study}, "").runs.size(), 2u);
 }
+
+// report.pending.json is completed only with the checkpoint it was written after: a file of the
+// same name that differs (another run's, set aside and brought back) or a file that is not a
+// pending report leaves it and writes no report.json; the completed one reads back with the
+// evaluation's figures and its time added.
+TEST_F(StudyReport, PendingReportIsCompletedOnlyWithItsCheckpoint) {
+  Summary s;
+  s.deck.run.output_dir = path();
+  s.steps = 40;
+  s.train_loss = 0.5;
+  s.time.total = 10.0;
+  s.time.evaluation = 1.0;
+  const std::string checkpoint = (dir_ / "step_0000040.h5").string(), pending = (dir_ / "report.pending.json").string(),
+                    report = (dir_ / "report.json").string();
+  std::ofstream(checkpoint) << "the final checkpoint";
+  write_pending_report(pending, s, checkpoint);
+
+  std::ofstream(checkpoint, std::ios::app) << " and more";  // another file by that name
+  const std::string refused = complete_pending_report(pending, report, checkpoint, 0.25, 0.75, 2.0);
+  EXPECT_NE(refused.find("written after another checkpoint"), std::string::npos) << refused;
+  EXPECT_FALSE(fs::exists(report));
+  EXPECT_TRUE(fs::exists(pending));
+
+  std::ofstream(checkpoint) << "the final checkpoint";
+  write_pending_report(pending, s, checkpoint);
+  ASSERT_EQ(complete_pending_report(pending, report, checkpoint, 0.25, 0.75, 2.0), "");
+  EXPECT_FALSE(fs::exists(pending));
+  const Summary r = read_report_json(report).summary;
+  EXPECT_EQ(r.steps, 40);
+  EXPECT_DOUBLE_EQ(r.train_loss, 0.5);
+  EXPECT_DOUBLE_EQ(r.test_loss, 0.25);
+  EXPECT_DOUBLE_EQ(r.test_accuracy, 0.75);
+  EXPECT_DOUBLE_EQ(r.time.total, 12.0);
+  EXPECT_DOUBLE_EQ(r.time.evaluation, 3.0);
+
+  fs::remove(report);
+  std::ofstream(pending) << "{\"steps\": 40}";
+  EXPECT_NE(complete_pending_report(pending, report, checkpoint, 0.25, 0.75, 2.0).find("not a pending report"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(report));
+}
