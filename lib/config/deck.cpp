@@ -354,6 +354,8 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   // 1 s the beats cannot keep up, and beyond 1e6 s (11 days) the nanosecond counts overflow.
   if (d.run.fail_timeout_s != 0 && !(d.run.fail_timeout_s >= 1 && d.run.fail_timeout_s <= 1e6))
     fail("run.fail_timeout_s", fmt::format("{} is out of range (0 = off, or 1 to 1e6 seconds)", d.run.fail_timeout_s));
+  if (!(d.run.requeue_lock_wait_s >= 0 && d.run.requeue_lock_wait_s <= 1e6))
+    fail("run.requeue_lock_wait_s", fmt::format("{} is out of range (0 to 1e6 seconds)", d.run.requeue_lock_wait_s));
   if (one_of("run.device", d.run.device, {"auto", "cpu", "cuda"}) && d.run.device == "cuda" && !env.cuda_available)
     fail("run.device", "'cuda' requested, but " + env.no_cuda_reason);
 

@@ -22,6 +22,8 @@
   X(run, threads, int64_t, 0, "intra-op threads per rank (at most 1024); 0 = the CPUs the rank may run on (its affinity: --cpus-per-task, -bind-to, taskset), each shared equally among the node's ranks that may run on it") \
   X(run, fail_timeout_s, double, 30.0,                                                          \
     "abort the job when a rank is dead or makes no progress for this long (heartbeats; 1 to 1e6 seconds); 0 = off") \
+  X(run, requeue_lock_wait_s, double, 300.0,                                                    \
+    "a requeued Slurm job whose run.output_dir is still locked by an earlier lifetime of the same job (on a node that failed, until the file system gives up its lock: NFSv4 after its ~90 s lease) waits this long for it (0 to 1e6 seconds), then exits 2") \
   X(run, check_memory, bool, true,                                                              \
     "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's), and at pp = 1 a whole-model build past each rank's share of it; false = skip both") \
   X(run, peak_tflops, double, 0.0,                                                              \

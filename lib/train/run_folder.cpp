@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -35,6 +37,39 @@ std::string read_owner(int fd) {
   std::string text = read_file(fd);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   return text.empty() ? "an owner that has not written its name yet (it is starting)" : text;
+}
+
+// A Slurm job's id and its lifetime (SLURM_RESTART_COUNT: 0, then 1 after the first requeue), as
+// this process has them or as an owner line names them ("job 4242 (restart 1), host ..."; no id
+// outside Slurm).
+struct JobLifetime {
+  std::string id;
+  long restart = 0;
+};
+
+JobLifetime this_job() {
+  const char* id = std::getenv("SLURM_JOB_ID");
+  const char* restart = std::getenv("SLURM_RESTART_COUNT");
+  return {id ? id : "", restart ? std::strtol(restart, nullptr, 10) : 0};
+}
+
+JobLifetime job_of_owner(const std::string& owner) {
+  if (owner.rfind("job ", 0) != 0 || owner.rfind("job (none", 0) == 0) return {};
+  const size_t end = owner.find_first_of(", ", 4);
+  JobLifetime job{owner.substr(4, end == std::string::npos ? std::string::npos : end - 4), 0};
+  constexpr const char* kRestart = " (restart ";
+  if (end != std::string::npos && owner.compare(end, std::strlen(kRestart), kRestart) == 0)
+    job.restart = std::strtol(owner.c_str() + end + std::strlen(kRestart), nullptr, 10);
+  return job;
+}
+
+// The folder is locked by an earlier lifetime of this very job. Slurm runs one lifetime of a job
+// at a time and starts the next only once the earlier one is gone, so its lock is a dead
+// process's, held for it by the file system because its node failed (NFSv4 until the lease
+// expires, about 90 s; NFSv3 until that client reboots; Lustre until it evicts the client).
+bool held_by_an_earlier_lifetime(const std::string& owner) {
+  const JobLifetime mine = this_job(), theirs = job_of_owner(owner);
+  return !mine.id.empty() && theirs.id == mine.id && theirs.restart < mine.restart;
 }
 
 // `dir` absolute, without . and .. and without a trailing separator.
@@ -112,17 +147,20 @@ std::string owner_description() {
   std::tm utc{};
   gmtime_r(&now, &utc);
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return fmt::format("job {}, host {}, pid {}, started {}", job ? job : "(none: not under SLURM)", host_name(),
+  const long restart = this_job().restart;
+  return fmt::format("job {}{}, host {}, pid {}, started {}", job ? job : "(none: not under SLURM)",
+                     job && restart > 0 ? fmt::format(" (restart {})", restart) : "", host_name(),
                      static_cast<long>(getpid()), when);
 }
 
-std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm comm) {
+std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm comm, double requeue_lock_wait_s,
+                                            const std::atomic<int>& stop_signal) {
   std::unique_ptr<RunFolder> folder(new RunFolder());
   folder->dir_ = dir;
   folder->lock_path_ = (fs::path(dir) / kLockName).string();
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  std::string error;
+  std::string error, stopped;
   if (rank == 0) {
     std::error_code ec;
     folder->first_created_ = outermost_missing(dir);
@@ -131,12 +169,15 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
       error = fmt::format("run.output_dir {}: cannot create it ({})", dir, ec.message());
       folder->first_created_.clear();
     } else {
-      error = folder->lock();
-      if (error.empty()) error = unusable_entry(dir);
+      error = folder->lock(requeue_lock_wait_s, stop_signal, stopped);
+      if (error.empty() && stopped.empty()) error = unusable_entry(dir);
     }
     // Refused: what this attempt created goes again (the owner's files are untouched).
-    if (!error.empty()) folder->abandon();
+    if (!error.empty() || !stopped.empty()) folder->abandon();
   }
+  // A stop signal while rank 0 waited for an earlier lifetime's lock: nothing was trained or
+  // written, and a later start may find the lock freed (exit 3: the job scripts requeue).
+  if (const std::string why = comm::broadcast(comm, stopped); !why.empty()) throw StoppedBySignal(why);
   comm::agree_or_throw(comm, error);
   // Every rank saves its pieces of each checkpoint into this folder: one that sees another
   // folder under the name (node-local scratch, a relative path under another working directory)
@@ -168,10 +209,13 @@ std::string RunFolder::seen_elsewhere(const std::string& owner) const {
       fs::path(dir_).is_absolute() ? "" : fmt::format(" (a relative path: this rank resolves it in {})", cwd));
 }
 
-std::string RunFolder::lock() {
+std::string RunFolder::lock(double requeue_lock_wait_s, const std::atomic<int>& stop_signal, std::string& stopped) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto waited_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  bool waiting = false;
   // A few tries: the file locked can have been unlinked in between by a run that abandoned the
   // folder (bad input) -- a lock on a deleted file guards nothing.
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  for (int attempt = 0; attempt < 5;) {
     std::error_code ec;
     created_lock_file_ = !fs::exists(lock_path_, ec);
     // O_CLOEXEC: a child process must not hold on to the lock after this run ends.
@@ -187,11 +231,36 @@ std::string RunFolder::lock() {
     // descriptor of the file does not drop it. Older kernels: the classic process lock.
     int rc = fcntl(fd_, F_OFD_SETLK, &whole);
     if (rc != 0 && errno == EINVAL) rc = fcntl(fd_, F_SETLK, &whole);
-    if (rc != 0 && (errno == EACCES || errno == EAGAIN))
-      return fmt::format(
-          "run.output_dir {} is in use by another run: {} (lock {}). Two runs in one folder would mix their "
-          "checkpoints and reports: wait for that run to end, or give this one another run.output_dir",
-          dir_, read_owner(fd_), lock_path_);
+    if (rc != 0 && (errno == EACCES || errno == EAGAIN)) {
+      const std::string owner = read_owner(fd_);
+      if (!held_by_an_earlier_lifetime(owner))
+        return fmt::format(
+            "run.output_dir {} is in use by another run: {} (lock {}). Two runs in one folder would mix their "
+            "checkpoints and reports: wait for that run to end, or give this one another run.output_dir",
+            dir_, owner, lock_path_);
+      if (waited_s() >= requeue_lock_wait_s)
+        return fmt::format(
+            "run.output_dir {} is still locked by an earlier lifetime of this job ({}; lock {}) after {:.0f} s "
+            "(run.requeue_lock_wait_s = {:g}). Slurm ended that lifetime, so its node has failed or hangs, and the "
+            "file system still holds its lock. If that node is down for good, remove {} and start the job again",
+            dir_, owner, lock_path_, waited_s(), requeue_lock_wait_s, lock_path_);
+      if (!waiting)
+        log::warn("run.output_dir {} is locked by an earlier lifetime of this job ({}), which Slurm has ended: its "
+                  "node failed, and the file system frees its lock only after a while. Waiting up to {:g} s for it "
+                  "(run.requeue_lock_wait_s)",
+                  dir_, owner, requeue_lock_wait_s);
+      waiting = true;
+      close(fd_);
+      fd_ = -1;
+      for (int tick = 0; tick < 10 && stop_signal.load() == 0; ++tick) usleep(50 * 1000);
+      if (stop_signal.load() != 0) {
+        stopped = fmt::format("stopped by a signal while waiting for the lock of run.output_dir {} (held by an "
+                              "earlier lifetime of this job); nothing was written",
+                              dir_);
+        return "";
+      }
+      continue;
+    }
     if (rc != 0) {
       write_owner();  // the folder check of claim() reads it
       log::warn("run.output_dir {}: its file system does not support locks ({}); a second run started into this "
@@ -204,10 +273,12 @@ std::string RunFolder::lock() {
     if (fstat(fd_, &held) == 0 && stat(lock_path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
         held.st_dev == named.st_dev) {
       write_owner();
+      if (waiting) log::info("run.output_dir {}: its lock was freed after {:.1f} s; this run holds it", dir_, waited_s());
       return "";
     }
     close(fd_);  // the file was replaced under us: lock the one the path names now
     fd_ = -1;
+    ++attempt;
   }
   return fmt::format("run.output_dir {}: its lock file {} keeps being replaced; is another run starting there?",
                      dir_, lock_path_);

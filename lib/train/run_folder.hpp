@@ -7,8 +7,10 @@
 //
 // The lock is a POSIX record lock (fcntl, open-file-description F_OFD_SETLK where the kernel has
 // it) on that file, held by rank 0's process: the kernel (or, on NFS, the lock manager) releases
-// it when the process ends in any way, SIGKILL and a lost node included, so a dead owner never
-// blocks the next run and there is no stale-lock guessing. Record locks are what cluster file systems implement across nodes (NFSv3 via NLM,
+// it when the process ends in any way, SIGKILL included, so a dead owner does not block the next
+// run. A lost node's lock is the exception: the lock manager holds it until it gives up on that
+// node (NFSv4 after its ~90 s lease, NFSv3 until the client reboots), so a requeued job that finds
+// its own earlier lifetime's lock waits a while (run.requeue_lock_wait_s) instead of failing. Record locks are what cluster file systems implement across nodes (NFSv3 via NLM,
 // NFSv4, Lustre mounted with -o flock, GPFS/Spectrum Scale); flock(2) is node-local on some of
 // them. Tested here on local ext4 and tmpfs. Where the file system refuses locks (ENOLCK,
 // ENOSYS, EOPNOTSUPP), rank 0 warns and the run goes on unguarded. Mounts that keep locks
@@ -20,6 +22,7 @@
 // directory) is bad input at start-up, not a failed first save after the training.
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -28,8 +31,13 @@ namespace trident::train {
 class RunFolder {
  public:
   // Collective over `comm`: rank 0 creates `dir` if needed and takes the lock; every rank
-  // throws BadInput when another live run owns the folder (or it cannot be created).
-  static std::unique_ptr<RunFolder> claim(const std::string& dir, MPI_Comm comm);
+  // throws BadInput when another live run owns the folder (or it cannot be created). A requeued
+  // Slurm job finding the lock held by an earlier lifetime of the same job (its owner line names
+  // the job and its restart count) waits up to `requeue_lock_wait_s` for it: that lifetime is over
+  // (Slurm runs one at a time), so it is a failed node's lock the file system has not yet let go.
+  // A stop signal (`stop_signal` set) during that wait throws StoppedBySignal on every rank.
+  static std::unique_ptr<RunFolder> claim(const std::string& dir, MPI_Comm comm, double requeue_lock_wait_s,
+                                          const std::atomic<int>& stop_signal);
   ~RunFolder();  // releases the lock
   RunFolder(const RunFolder&) = delete;
   RunFolder& operator=(const RunFolder&) = delete;
@@ -45,7 +53,9 @@ class RunFolder {
 
  private:
   RunFolder() = default;
-  std::string lock();  // rank 0: takes the lock, writes the owner; the refusal's message or ""
+  // Rank 0: takes the lock, writes the owner; the refusal's message or "" (`stopped` says why when
+  // a stop signal ended the wait for an earlier lifetime's lock).
+  std::string lock(double requeue_lock_wait_s, const std::atomic<int>& stop_signal, std::string& stopped);
   void write_owner();  // rank 0: the owner line into the lock file (previous_owner_ keeps its text)
   // Ranks other than 0: "" when the lock file under this rank's path holds `owner` (rank 0's
   // line), else the bad-input message: this rank sees another folder under run.output_dir.

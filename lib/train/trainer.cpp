@@ -285,7 +285,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
   try {
     // The folder is this run's before anything in it is read or written; a second run into it
     // stops here (bad input, naming the owner; claim leaves nothing behind itself).
-    s.run_folder = RunFolder::claim(deck.run.output_dir, comm);
+    s.run_folder = RunFolder::claim(deck.run.output_dir, comm, deck.run.requeue_lock_wait_s, g_stop_signal);
     s.conn = connect(s.deck, comm);
     startup_fault_if_asked(s.conn.world.rank);
     const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);

@@ -10,6 +10,8 @@
 #  5. A rank that sees another folder under run.output_dir than rank 0 (node-local storage; here
 #     a relative path under another working directory) is refused at start-up, naming the rank,
 #     and the refused run leaves nothing in either folder.
+#  6. A requeued Slurm job whose folder is locked by an earlier lifetime of the same job (a failed
+#     node's lock) waits run.requeue_lock_wait_s for it; another job's lock is refused at once.
 source "$(dirname "$0")/common.sh" "$1" "$2" 4096
 args=(/dev/null --set data.path=syn.h5 --set model.kind=mlp --set model.hidden=256,256 --set run.threads=1
       --set data.prefetch=0 --set optim.global_batch=64 --set run.log_every=100 --set checkpoint.every_steps=400
@@ -114,4 +116,70 @@ grep -q "run.output_dir runs/x: rank 1 on $(hostname) does not see the folder ra
 grep -q "this rank resolves it in $PWD/node_b" split.log || fail "folders split between ranks: no working directory named"
 [ -z "$(find node_a node_b -mindepth 1)" ] || fail "folders split between ranks: the refused run left $(find node_a node_b -mindepth 1)"
 echo "a rank seeing another folder under run.output_dir: refused at start-up (exit 2), nothing left behind"
+
+# ---- 6. a requeued job whose folder is still locked by its own earlier lifetime (its node failed,
+# and the file system holds that lock until it gives up on the node). The earlier lifetime here is
+# a process with the job's id and restart 0, frozen (SIGSTOP) after a checkpoint; killing it
+# stands for the file system letting its lock go. (SLURM_* set for the trident process only.)
+env SLURM_JOB_ID=4242 "$trident" train "${args[@]}" --set run.max_steps=100000 --set run.output_dir=runs/requeued \
+  >earlier.log 2>&1 &
+earlier=$!
+wait_for_line earlier.log "checkpoint .*step_0000400.h5 written" 120
+kill -STOP "$earlier"
+saved=$(sed 's/step_0*\([0-9]*\).h5/\1/' runs/requeued/checkpoints/latest)
+grep -q "^job 4242, host $(hostname), pid $earlier," runs/requeued/.trident-lock ||
+  fail "the owner line: $(cat runs/requeued/.trident-lock)"
+requeue=("${args[@]}" --set run.output_dir=runs/requeued --set run.max_steps=$((saved + 50)))
+expect_exit() {  # CODE LOG COMMAND...: run COMMAND (its output to LOG), expecting exit code CODE
+  local code=$1 log=$2 rc
+  shift 2
+  set +e
+  "$@" >"$log" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" = "$code" ] || fail "$log: exit code $rc, expected $code: $(tail -3 "$log")"
+}
+# Another job's lock is refused at once, requeued or not.
+expect_exit 2 other_job.log env SLURM_JOB_ID=999 SLURM_RESTART_COUNT=1 "$trident" train "${requeue[@]}"
+grep -q "runs/requeued is in use by another run: job 4242, host" other_job.log && ! grep -q "Waiting up to" other_job.log ||
+  fail "another job's lock: $(cat other_job.log)"
+# The requeue waits run.requeue_lock_wait_s, then exits 2 saying what to do.
+started=$SECONDS
+expect_exit 2 short_wait.log env SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 "$trident" train "${requeue[@]}" \
+  --set run.requeue_lock_wait_s=2
+refused "a short wait" short_wait.log 2
+grep -q "locked by an earlier lifetime of this job (job 4242, host .*), which Slurm has ended.*Waiting up to 2 s" short_wait.log &&
+  grep -q "still locked by an earlier lifetime of this job .* after 2 s (run.requeue_lock_wait_s = 2).* remove runs/requeued/.trident-lock" \
+  short_wait.log || fail "a short wait: the messages"
+[ $((SECONDS - started)) -ge 2 ] || fail "a short wait: it did not wait 2 s"
+# A stop signal during the wait: exit 3 (the job scripts requeue), nothing written.
+env SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 "$trident" train "${requeue[@]}" >signalled_wait.log 2>&1 &
+waiter=$!
+wait_for_line signalled_wait.log "Waiting up to 300 s" 60
+kill -USR1 "$waiter"
+set +e
+wait "$waiter"
+rc=$?
+set -e
+[ "$rc" = 3 ] && grep -q "stopped by a signal while waiting for the lock of run.output_dir runs/requeued" signalled_wait.log ||
+  fail "a stop signal during the wait: exit $rc: $(cat signalled_wait.log)"
+# With the default wait, the requeue takes the folder once the lock is let go, resumes from the
+# earlier lifetime's checkpoint and finishes.
+env SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 "$trident" train "${requeue[@]}" >requeue.log 2>&1 &
+requeued=$!
+wait_for_line requeue.log "Waiting up to 300 s" 60
+sleep 1
+kill -KILL "$earlier"
+set +e
+wait "$requeued"
+rc=$?
+set -e
+[ "$rc" = 0 ] || fail "the requeue: exit $rc: $(tail -3 requeue.log)"
+grep -q "its lock was freed after [0-9.]* s; this run holds it" requeue.log &&
+  grep -q "resuming from runs/requeued/checkpoints/step_$(printf %07d "$saved").h5" requeue.log ||
+  fail "the requeue did not take the freed lock and resume from step $saved: $(grep -E 'lock|resum' requeue.log)"
+grep -q "^job 4242 (restart 1), host" runs/requeued/.trident-lock || fail "the requeue's owner line: $(cat runs/requeued/.trident-lock)"
+wait "$earlier" 2>/dev/null || true
+echo "a requeue finding its earlier lifetime's lock: another job refused at once; a 2 s wait exits 2; a stop signal" \
+  "in the wait exits 3; the default wait took the lock once freed and resumed from step $saved"
 echo PASS

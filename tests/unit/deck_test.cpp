@@ -40,7 +40,7 @@ std::string validation_message(const std::string& text, int world = 2) {
 TEST(Deck, KeysArePinnedAndEachHasHelp) {
   const std::vector<std::string> expected{
       "run.name", "run.output_dir", "run.seed", "run.epochs", "run.max_steps", "run.log_every", "run.device",
-      "run.threads", "run.fail_timeout_s", "run.check_memory", "run.peak_tflops", "data.path", "data.prefetch", "data.check_finite",
+      "run.threads", "run.fail_timeout_s", "run.requeue_lock_wait_s", "run.check_memory", "run.peak_tflops", "data.path", "data.prefetch", "data.check_finite",
       "data.verify_checksums",
       "model.kind", "model.hidden", "model.layers", "model.heads", "model.d_model", "model.seq_len", "model.vocab",
       "parallel.dp", "parallel.pp",
@@ -287,6 +287,10 @@ TEST(Deck, ThreadsAndWatchdogTimeoutHaveLimits) {
         << bad;
   for (const char* good : {"0", "1", "30", "1e6"})
     EXPECT_EQ(validation_message(std::string("[run]\nfail_timeout_s = ") + good + "\n"), "") << good;
+  EXPECT_NE(validation_message("[run]\nrequeue_lock_wait_s = -1\n")
+                .find("run.requeue_lock_wait_s: -1 is out of range (0 to 1e6 seconds)"),
+            std::string::npos);
+  EXPECT_EQ(validation_message("[run]\nrequeue_lock_wait_s = 0\n"), "");
   EXPECT_NE(validation_message("[run]\nmax_steps = 5\nepochs = -1\n").find("run.epochs: -1 is out of range"),
             std::string::npos);
 }
