@@ -17,7 +17,13 @@ struct Progress {
   std::atomic<int32_t> current_op{0}; // the one the main thread is blocked in; Op::none outside
   std::atomic<int64_t> since_ns{0};   // when the current one started, or the last one ended
   std::atomic<int64_t> step{0};       // optimizer steps completed
+  std::atomic<int32_t> file_io{0};    // FileIoScopes the main thread is inside
 };
+
+// The watchdog gives a rank in file I/O this many times run.fail_timeout_s before it calls it
+// stuck: a shared file system stalls I/O for minutes (an NFS server failover, a Lustre recovery),
+// and a job aborted for that loses its training since the last checkpoint.
+constexpr int kFileIoTimeoutFactor = 20;
 
 Progress& progress();
 int64_t monotonic_ns();
@@ -35,6 +41,17 @@ class OpScope {
 
  private:
   Op op_;
+};
+
+// The main thread reads or writes files for the scope's lifetime (rank 0's records, a checkpoint,
+// the training data): it may stall there with the file system (kFileIoTimeoutFactor). Nests,
+// and holds blocking operations inside (a checkpoint's collectives).
+class FileIoScope {
+ public:
+  FileIoScope() { progress().file_io.fetch_add(1, std::memory_order_release); }
+  ~FileIoScope() { progress().file_io.fetch_sub(1, std::memory_order_release); }
+  FileIoScope(const FileIoScope&) = delete;
+  FileIoScope& operator=(const FileIoScope&) = delete;
 };
 
 }  // namespace trident::comm

@@ -72,6 +72,7 @@ struct Beat {
   int64_t completed = 0, last_op = 0, current_op = 0;
   int64_t state_ms = 0;  // blocked in current_op for this long; outside an operation: since the last one
   int64_t step = 0;
+  int64_t file_io = 0;  // outside an operation, inside a FileIoScope (reading or writing files)
 };
 constexpr int kBeatWords = sizeof(Beat) / sizeof(int64_t);
 
@@ -83,6 +84,7 @@ Beat snapshot(int64_t now) {
   b.current_op = p.current_op.load(std::memory_order_acquire);
   b.state_ms = (now - p.since_ns.load(std::memory_order_relaxed)) / 1000000;
   b.step = p.step.load(std::memory_order_relaxed);
+  b.file_io = p.file_io.load(std::memory_order_acquire) > 0 ? 1 : 0;
   return b;
 }
 
@@ -180,7 +182,8 @@ struct Watchdog::Impl {
                                    op_name(static_cast<Op>(b.last_op)));
     const double state = static_cast<double>(b.state_ms) / 1e3;
     text += b.current_op != 0 ? fmt::format("blocked in {} for {:.1f} s", op_name(static_cast<Op>(b.current_op)), state)
-                              : fmt::format("computing for {:.1f} s", state);
+            : b.file_io      ? fmt::format("in file I/O for {:.1f} s", state)
+                             : fmt::format("computing for {:.1f} s", state);
     text += self ? " (this rank, now)"
                  : fmt::format(" (its last heartbeat, {:.1f} s ago)",
                                static_cast<double>(now - heard_ns[static_cast<size_t>(r)]) / 1e9);
@@ -211,15 +214,17 @@ struct Watchdog::Impl {
     const auto current = mine.current_op.load(std::memory_order_acquire);
     const int64_t waited = now - mine.since_ns.load(std::memory_order_relaxed);
     if (current == 0 || waited <= timeout_ns) return;
-    // Blocked too long: on whom? A live rank that has not communicated for as long is stuck.
-    std::string stuck;
+    // Blocked too long: on whom? A live rank that has not communicated for as long is stuck; one
+    // in file I/O is given kFileIoTimeoutFactor times as long (a file system's stall).
+    std::string stuck, stuck_in_io;
     bool all_blocked = true;
     for (int p = 0; p < size; ++p) {
       if (p == rank) continue;
       const Beat& b = heard[static_cast<size_t>(p)];
       const int64_t state_ns = b.state_ms * 1000000 + (now - heard_ns[static_cast<size_t>(p)]);
-      if (b.current_op == 0 && state_ns > timeout_ns)
-        stuck += fmt::format("{}rank {} on {}", stuck.empty() ? "" : ", ", p, hosts[static_cast<size_t>(p)]);
+      std::string& list = b.file_io ? stuck_in_io : stuck;
+      if (b.current_op == 0 && state_ns > (b.file_io ? kFileIoTimeoutFactor * timeout_ns : timeout_ns))
+        list += fmt::format("{}rank {} on {}", list.empty() ? "" : ", ", p, hosts[static_cast<size_t>(p)]);
       if (b.current_op == 0 || state_ns <= timeout_ns) all_blocked = false;
     }
     const double waited_s = static_cast<double>(waited) / 1e9;
@@ -227,6 +232,12 @@ struct Watchdog::Impl {
       abort_job(fmt::format("{} made no progress for more than {} s outside communication while this rank waited "
                             "{:.1f} s in {}",
                             stuck, timeout_s, waited_s, op_name(static_cast<Op>(current))),
+                now);
+    if (!stuck_in_io.empty())
+      abort_job(fmt::format("{} has been in file I/O for more than {} s ({} x run.fail_timeout_s: its file system "
+                            "hangs?) while this rank waited {:.1f} s in {}",
+                            stuck_in_io, kFileIoTimeoutFactor * timeout_s, kFileIoTimeoutFactor, waited_s,
+                            op_name(static_cast<Op>(current))),
                 now);
     if (all_blocked)
       abort_job(fmt::format("every rank has been blocked in communication for more than {} s: the ranks wait for "

@@ -1,5 +1,6 @@
 #include "data/loader.hpp"
 
+#include "comm/progress.hpp"
 #include "core/timer.hpp"
 
 namespace trident::data {
@@ -41,6 +42,7 @@ void Prefetcher::run() {
 }
 
 MicroBatch Prefetcher::next() {
+  comm::FileIoScope io;  // reading the dataset, or waiting for the thread that does
   Stopwatch watch;
   if (next_index_ >= count_) throw std::out_of_range("Prefetcher: no more items");
   if (depth_ == 0) {

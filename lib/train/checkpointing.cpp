@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "checkpoint/checkpoint.hpp"
+#include "comm/progress.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -257,6 +258,7 @@ void count_save(Trainer::State& s, double total_s, const std::string& path) {
 }  // namespace
 
 std::string save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss) {
+  comm::FileIoScope io;  // the watchdog's long limit: a file system may stall a save
   commit_background_save(s);
   Stopwatch watch;
   const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta_of(s, step, loss),
@@ -270,6 +272,7 @@ std::string save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& lo
 }
 
 void start_background_save(Trainer::State& s, int64_t step, const EpochLoss& loss) {
+  comm::FileIoScope io;
   if (s.background_save && !s.background_save->written())
     log::info("checkpoint: the save of step {} is still being written; the save of step {} waits for it",
               s.background_save->step(), step);
@@ -286,6 +289,7 @@ void start_background_save(Trainer::State& s, int64_t step, const EpochLoss& los
 void commit_background_save(Trainer::State& s) {
   if (!s.background_save) return;
   auto save = std::move(s.background_save);  // gone even when the commit throws
+  comm::FileIoScope io;  // waiting for this rank's writer, then the commit's renames and fsyncs
   Stopwatch watch;
   const double waited = save->wait();
   const std::string path = save->commit();

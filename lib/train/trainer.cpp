@@ -126,6 +126,15 @@ void slow_evaluation_if_asked() {
   std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(slow)));
 }
 
+// TRIDENT_TEST_SLOW_RECORDS_MS=N: each metrics.jsonl record takes N ms more to write (rank 0
+// stalled in its records' I/O, as on an NFS server failover), and says so.
+void slow_records_if_asked() {
+  static const char* slow = std::getenv("TRIDENT_TEST_SLOW_RECORDS_MS");
+  if (!slow) return;
+  std::fprintf(stderr, "trident: test: a metrics.jsonl record slowed by %s ms (TRIDENT_TEST_SLOW_RECORDS_MS)\n", slow);
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(slow)));
+}
+
 // The test split is evaluated in chunks of the training micro-batch, a size the rank is known to
 // fit: on a GPU a forward holds a chunk's activations in device memory (1000 GPT-2 samples of
 // logits are ~200 GB in fp32). On the CPU larger chunks are slower too: chunks of 1000 fall out
@@ -425,9 +434,11 @@ Result already_trained(Trainer::State& s) {
     files = "report.json and metrics.jsonl left as they are";
   else if (s.conn.world.rank != 0 || !std::filesystem::exists(pending))  // stopped after its last save and before
     files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it", dir);
-  else if (const std::string why_not = report::complete_pending_report(pending, dir + "/report.json",
-                                                                       s.restored.resumed_from, done.loss,
-                                                                       done.accuracy, evaluation_s);
+  else if (const std::string why_not = [&] {
+             comm::FileIoScope io;
+             return report::complete_pending_report(pending, dir + "/report.json", s.restored.resumed_from, done.loss,
+                                                    done.accuracy, evaluation_s);
+           }();
            why_not.empty())
     files = fmt::format("the run ended during its last evaluation: {}/report.json written from report.pending.json "
                         "with this evaluation's test figures",
@@ -512,6 +523,8 @@ class ProgressLog {
         record.loss_scale = s.stage.scaler->scale();
         record.skipped_steps = s.stage.scaler->skipped_steps();
       }
+      comm::FileIoScope io;  // the watchdog's long limit: a file system may stall it
+      slow_records_if_asked();
       metrics_->write(record);
     }
     result_.logged_losses.emplace_back(steps_done, loss);
@@ -584,7 +597,9 @@ GoodputProgress goodput_progress(const Trainer::State& s, const RunTotals& run, 
 }
 
 void update_goodput(const Trainer::State& s, const RunTotals& run, const data::Prefetcher* loader = nullptr) {
-  if (s.goodput) s.goodput->update(goodput_progress(s, run, loader));
+  if (!s.goodput) return;
+  comm::FileIoScope io;
+  s.goodput->update(goodput_progress(s, run, loader));
 }
 
 // An epoch's data waits join the run's as its loader goes, however the epoch ends.
@@ -734,6 +749,7 @@ void write_pending_report(Trainer::State& s, RunTotals& run, const std::string& 
   report::Summary summary = summarize_trained_run(s, run, figures, wall);
   summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());  // so far
   s.times = own;
+  comm::FileIoScope io;
   if (s.conn.world.rank == 0) report::write_pending_report(pending_report_path(s), summary, checkpoint);
 }
 

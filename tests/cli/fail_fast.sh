@@ -11,6 +11,7 @@
 #   startup_stopped  rank 1 SIGSTOPs itself (TRIDENT_TEST_STARTUP=1:stop): the job ends the same way
 #   startup_busy     rank 1 works 2 x fail_timeout_s without communicating (as a long dataset scan
 #                    does) while rank 0 waits: not a stuck rank; the run trains to the end
+# and rank 0 stalled in writing its records (a file system's stall): given 20 x fail_timeout_s.
 # With "nccl" the ranks train on two GPUs over NCCL, so rank 0 is waiting inside an NCCL
 # collective when rank 1 stops (tests/gpu registers it; exit 77, skipped, with fewer than two).
 if [ "${3:-}" = nccl ]; then
@@ -131,4 +132,32 @@ grep -q "rank 1 on .* stopped responding: no heartbeat for [5-9]\.[0-9] s" start
 start_up startup_busy 1:busy=$((2 * timeout_s)) 20
 [ "$rc" = 0 ] || fail "startup_busy: exit code $rc, expected 0 (a busy start-up is not a stuck rank): $(grep error startup_busy.log)"
 grep -q "busy for 10.0 s during start-up" startup_busy.log || fail "startup_busy: the start-up was not held up"
+
+# Rank 0 stalled in file I/O (its metrics.jsonl records slowed, as on an NFS server failover)
+# while rank 1 waits in the next collective: not a stuck rank until 20 x run.fail_timeout_s.
+# records_stalled: two 5 s stalls at fail_timeout_s 2: the run trains to the end (it was aborted:
+# "rank 0 made no progress for more than 2 s outside communication"). records_hung: a 60 s stall
+# at fail_timeout_s 1: aborted after 20 s, naming rank 0 and its file I/O.
+records() {  # CASE FAIL_TIMEOUT_S STALL_MS
+  local name=$1 start=$(date +%s.%N)
+  set +e
+  TRIDENT_TEST_SLOW_RECORDS_MS=$3 timeout 120 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
+    --set run.max_steps=40 --set run.log_every=20 --set "run.fail_timeout_s=$2" --set "run.output_dir=runs/$name" \
+    --set "run.name=$marker" >"$name.log" 2>&1
+  rc=$?
+  set -e
+  seconds=$(echo "$(date +%s.%N) - $start" | bc)
+  echo "$name: exit code $rc after $seconds s"
+  sleep 0.5
+  [ -z "$(pgrep -f "run.name=$marker")" ] || fail "$name: processes left running: $(pgrep -af "run.name=$marker")"
+}
+records records_stalled 2 5000
+[ "$rc" = 0 ] || fail "records_stalled: exit code $rc, expected 0: $(grep error records_stalled.log)"
+[ "$(grep -c "a metrics.jsonl record slowed by 5000 ms" records_stalled.log)" = 2 ] || fail "records_stalled: not stalled twice"
+records records_hung 1 60000
+[ "$rc" = 1 ] || fail "records_hung: exit code $rc, expected 1: $(tail -3 records_hung.log)"
+grep -q "rank 0 on .* has been in file I/O for more than 20 s (20 x run.fail_timeout_s" records_hung.log ||
+  fail "records_hung: no message naming rank 0's file I/O: $(grep error records_hung.log)"
+grep -Eq "^  rank 0 on .*: step 20, .* in file I/O for" records_hung.log || fail "records_hung: rank 0's state not shown"
+[ "$(echo "$seconds < 50" | bc)" = 1 ] || fail "records_hung: took $seconds s"
 echo PASS
