@@ -25,6 +25,7 @@
 #include <set>
 #include <sstream>
 
+#include "comm/progress.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
 #include "core/hdf5.hpp"
@@ -403,6 +404,13 @@ struct Written {
   std::string error;  // "" when every piece is in the file
 };
 
+// A barrier the fail-fast watchdog sees a rank blocked in (the commit's: rank 0 alone renames and
+// syncs while the others wait), so that a rank stalled in its file I/O is found (comm/progress.hpp).
+void barrier(MPI_Comm comm) {
+  comm::OpScope op(comm::Op::barrier);
+  MPI_CHECK(MPI_Barrier(comm));
+}
+
 std::string not_saved(int64_t step, const std::string& failure, const std::string& tmp_path, const std::string& dir) {
   const bool space = failure.find("No space left") != std::string::npos || failure.find("quota") != std::string::npos ||
                      failure.find("File too large") != std::string::npos;
@@ -520,11 +528,17 @@ class FileLayout {
     for (const auto& [name, state] : {std::pair<const char*, at::Tensor>{"/rng/cpu", shard.rng_state},
                                       {"/rng/cuda", shard.cuda_rng_state}}) {
       int everyone = state.defined() ? 1 : 0;
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everyone, 1, MPI_INT, MPI_MIN, comm_));
+      {
+        comm::OpScope op(comm::Op::all_reduce);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everyone, 1, MPI_INT, MPI_MIN, comm_));
+      }
       if (!everyone) continue;
       const int64_t bytes = state.numel();
       int64_t sizes[2] = {bytes, -bytes};  // every rank's row has one size: min == max
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MIN, comm_));
+      {
+        comm::OpScope op(comm::Op::all_reduce);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT64_T, MPI_MIN, comm_));
+      }
       TRIDENT_CHECK(sizes[0] == -sizes[1], fmt::format("checkpoint: the ranks' {} states differ in size", name));
       add(name, {size_, bytes}, rank_ * bytes, (rank_ + 1) * bytes, state, at::kByte);
     }
@@ -541,7 +555,10 @@ class FileLayout {
     if (rank_ == 0) failure = create_file(state_names, offsets);
     if (const std::string agreed = comm::first_error(comm_, failure); !agreed.empty())
       throw AgreedFault(not_saved(layout_.step, agreed, layout_.tmp_path, layout_.dir));
-    MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_INT64_T, 0, comm_));
+    {
+      comm::OpScope op(comm::Op::broadcast);
+      MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_INT64_T, 0, comm_));
+    }
     for (auto& piece : layout_.pieces) {
       const auto& d = datasets_[static_cast<size_t>(piece.dataset)];
       piece.offset = offsets[static_cast<size_t>(piece.dataset)] + piece.lo * static_cast<int64_t>(at::elementSize(d.type));
@@ -625,6 +642,14 @@ Layout lay_out(const std::string& dir, const Meta& meta, const std::vector<Tenso
 // the page cache ran several times slower than 1 MB ones), and checksummed. A failure (disk
 // full, quota) is returned, not thrown: the ranks agree on it in part 3.
 Written write_pieces(const Layout& layout, const std::atomic<bool>* abandon = nullptr) {
+  // Fault injection for the tests: TRIDENT_TEST_SLOW_SAVE=RANK:MS stalls that rank MS ms before
+  // it writes its pieces, as a write to a hung file system would.
+  if (const char* slow = std::getenv("TRIDENT_TEST_SLOW_SAVE"); slow && std::atoi(slow) == log::rank()) {
+    const char* ms = std::strchr(slow, ':');
+    std::fprintf(stderr, "trident: test: rank %d's checkpoint write stalled %s ms (TRIDENT_TEST_SLOW_SAVE)\n",
+                 log::rank(), ms ? ms + 1 : "0");
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms ? std::atoll(ms + 1) : 0));
+  }
   Written written;
   const int fd = ::open(layout.tmp_path.c_str(), O_WRONLY);
   if (fd < 0) {
@@ -724,7 +749,7 @@ std::string finish(const Layout& layout, const Written& written, const Meta& met
   std::error_code ignored;
   if (const std::string failure = comm::first_error(comm, written.error); !failure.empty()) {
     if (rank == 0) fs::remove(layout.tmp_path, ignored);
-    MPI_CHECK(MPI_Barrier(comm));
+    barrier(comm);
     throw AgreedFault(not_saved(layout.step, failure, layout.tmp_path, layout.dir));
   }
   // Rank 0 learns every rank's blocks.
@@ -732,19 +757,24 @@ std::string finish(const Layout& layout, const Written& written, const Meta& met
   for (const auto& b : written.blocks) mine.insert(mine.end(), {b.dataset, b.begin, b.end, b.crc});
   const int my_count = static_cast<int>(mine.size());
   std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
-  MPI_CHECK(MPI_Gather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[static_cast<size_t>(r)] = total;
-    total += counts[static_cast<size_t>(r)];
+  std::vector<int64_t> all;
+  {
+    comm::OpScope gathering(comm::Op::all_gather);  // (a gather: rank 0 waits for every rank's blocks)
+    MPI_CHECK(MPI_Gather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
+    int total = 0;
+    for (int r = 0; r < size; ++r) {
+      displs[static_cast<size_t>(r)] = total;
+      total += counts[static_cast<size_t>(r)];
+    }
+    all.resize(static_cast<size_t>(rank == 0 ? total : 0));
+    MPI_CHECK(MPI_Gatherv(mine.data(), my_count, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T, 0,
+                          comm));
   }
-  std::vector<int64_t> all(static_cast<size_t>(rank == 0 ? total : 0));
-  MPI_CHECK(MPI_Gatherv(mine.data(), my_count, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T, 0, comm));
   const std::string attribute_error = rank == 0 ? add_attributes(layout, all, meta) : "";
   if (const std::string failure = comm::first_error(comm, attribute_error); !failure.empty())
     throw AgreedFault(not_saved(layout.step, failure, layout.tmp_path, layout.dir));
   if (rank == 0) commit(layout.dir, layout.tmp_path, layout.step, retention);
-  MPI_CHECK(MPI_Barrier(comm));
+  barrier(comm);
   return layout.final_path;
 }
 

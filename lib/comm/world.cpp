@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "comm/progress.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -96,7 +97,10 @@ std::string first_error(MPI_Comm comm, const std::string& local_error) {
   // The lowest failing rank, and how many failed.
   const int mine = local_error.empty() ? INT_MAX : rank, failing = local_error.empty() ? 0 : 1;
   int first = INT_MAX, failed = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  {
+    OpScope op(Op::all_reduce);  // the watchdog sees this rank wait (a checkpoint's, for a rank still writing)
+    MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  }
   if (first == INT_MAX) return "";
   MPI_CHECK(MPI_Allreduce(&failing, &failed, 1, MPI_INT, MPI_SUM, comm));
   // Met by some ranks only (a node's own copy of a file, its own disk): which one, so the user
@@ -143,6 +147,7 @@ std::string differs_from_most(MPI_Comm comm, const std::string& mine, const std:
 
 std::string broadcast(MPI_Comm comm, const std::string& text, int root) {
   int length = static_cast<int>(text.size());
+  OpScope op(Op::broadcast);
   MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, root, comm));
   std::string out = text;
   out.resize(static_cast<size_t>(length));

@@ -11,7 +11,8 @@
 #   startup_stopped  rank 1 SIGSTOPs itself (TRIDENT_TEST_STARTUP=1:stop): the job ends the same way
 #   startup_busy     rank 1 works 2 x fail_timeout_s without communicating (as a long dataset scan
 #                    does) while rank 0 waits: not a stuck rank; the run trains to the end
-# and rank 0 stalled in writing its records (a file system's stall): given 20 x fail_timeout_s.
+# and rank 0 stalled in writing its records, or rank 1 in writing its part of a checkpoint (a file
+# system's stall): given 20 x fail_timeout_s, then the job ends naming the rank.
 # With "nccl" the ranks train on two GPUs over NCCL, so rank 0 is waiting inside an NCCL
 # collective when rank 1 stops (tests/gpu registers it; exit 77, skipped, with fewer than two).
 if [ "${3:-}" = nccl ]; then
@@ -138,12 +139,13 @@ grep -q "busy for 10.0 s during start-up" startup_busy.log || fail "startup_busy
 # records_stalled: two 5 s stalls at fail_timeout_s 2: the run trains to the end (it was aborted:
 # "rank 0 made no progress for more than 2 s outside communication"). records_hung: a 60 s stall
 # at fail_timeout_s 1: aborted after 20 s, naming rank 0 and its file I/O.
-records() {  # CASE FAIL_TIMEOUT_S STALL_MS
-  local name=$1 start=$(date +%s.%N)
+stall() {  # CASE FAIL_TIMEOUT_S ENV=VALUE [--set ...]: a 40-step run with that fault injected
+  local name=$1 timeout=$2 injected=$3 start=$(date +%s.%N)
+  shift 3
   set +e
-  TRIDENT_TEST_SLOW_RECORDS_MS=$3 timeout 120 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
-    --set run.max_steps=40 --set run.log_every=20 --set "run.fail_timeout_s=$2" --set "run.output_dir=runs/$name" \
-    --set "run.name=$marker" >"$name.log" 2>&1
+  env "$injected" timeout 120 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
+    --set run.max_steps=40 --set run.log_every=20 --set "run.fail_timeout_s=$timeout" --set "run.output_dir=runs/$name" \
+    --set "run.name=$marker" "$@" >"$name.log" 2>&1
   rc=$?
   set -e
   seconds=$(echo "$(date +%s.%N) - $start" | bc)
@@ -151,13 +153,26 @@ records() {  # CASE FAIL_TIMEOUT_S STALL_MS
   sleep 0.5
   [ -z "$(pgrep -f "run.name=$marker")" ] || fail "$name: processes left running: $(pgrep -af "run.name=$marker")"
 }
-records records_stalled 2 5000
+stall records_stalled 2 TRIDENT_TEST_SLOW_RECORDS_MS=5000
 [ "$rc" = 0 ] || fail "records_stalled: exit code $rc, expected 0: $(grep error records_stalled.log)"
 [ "$(grep -c "a metrics.jsonl record slowed by 5000 ms" records_stalled.log)" = 2 ] || fail "records_stalled: not stalled twice"
-records records_hung 1 60000
+stall records_hung 1 TRIDENT_TEST_SLOW_RECORDS_MS=60000
 [ "$rc" = 1 ] || fail "records_hung: exit code $rc, expected 1: $(tail -3 records_hung.log)"
 grep -q "rank 0 on .* has been in file I/O for more than 20 s (20 x run.fail_timeout_s" records_hung.log ||
   fail "records_hung: no message naming rank 0's file I/O: $(grep error records_hung.log)"
 grep -Eq "^  rank 0 on .*: step 20, .* in file I/O for" records_hung.log || fail "records_hung: rank 0's state not shown"
 [ "$(echo "$seconds < 50" | bc)" = 1 ] || fail "records_hung: took $seconds s"
+# The same for rank 1 stalled writing its part of a checkpoint while rank 0 waits in the save's
+# collectives. save_uneven: a 5 s stall at fail_timeout_s 2 is waited for. save_hung: a 60 s
+# stall at fail_timeout_s 1 ends the job after 20 s, naming rank 1 (the save's collectives were
+# invisible to the watchdog: the job waited out the stall, as it would a hung mount to its time limit).
+stall save_uneven 2 TRIDENT_TEST_SLOW_SAVE=1:5000 --set checkpoint.every_steps=20
+[ "$rc" = 0 ] || fail "save_uneven: exit code $rc, expected 0: $(grep error save_uneven.log)"
+grep -q "rank 1's checkpoint write stalled 5000 ms" save_uneven.log || fail "save_uneven: no stall"
+stall save_hung 1 TRIDENT_TEST_SLOW_SAVE=1:60000 --set checkpoint.every_steps=20
+[ "$rc" = 1 ] || fail "save_hung: exit code $rc, expected 1: $(tail -3 save_hung.log)"
+grep -q "rank 1 on .* has been in file I/O for more than 20 s (20 x run.fail_timeout_s" save_hung.log ||
+  fail "save_hung: no message naming rank 1's file I/O: $(grep error save_hung.log)"
+[ "$(echo "$seconds < 50" | bc)" = 1 ] || fail "save_hung: took $seconds s"
+[ ! -e runs/save_hung/checkpoints/step_0000020.h5 ] || fail "save_hung: the stalled save was committed"
 echo PASS
