@@ -185,6 +185,14 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
   const std::string owner = comm::broadcast(comm, rank == 0 ? folder->owner_ : "");
   try {
     comm::agree_or_throw(comm, rank == 0 || owner.empty() ? "" : folder->seen_elsewhere(owner));
+    // The same for a checkpoints folder already there, which can be a link to other storage
+    // (scratch): rank 0 leaves its owner line in a probe file there for the others to read.
+    const std::string probe = comm::broadcast(comm, rank == 0 && !owner.empty() ? folder->checkpoints_probe() : "");
+    if (!probe.empty()) {
+      const std::string error = comm::first_error(comm, rank == 0 ? "" : folder->probe_unseen(probe, owner));
+      if (rank == 0) unlink(probe.c_str());
+      if (!error.empty()) throw BadInput(error);
+    }
   } catch (...) {
     if (rank == 0) folder->abandon();
     throw;
@@ -192,12 +200,21 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
   return folder;
 }
 
-std::string RunFolder::seen_elsewhere(const std::string& owner) const {
-  std::string seen;
-  if (const int fd = open(lock_path_.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-    seen = read_file(fd);
+namespace {
+
+std::string text_of(const std::string& path) {
+  std::string text;
+  if (const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    text = read_file(fd);
     close(fd);
   }
+  return text;
+}
+
+}  // namespace
+
+std::string RunFolder::seen_elsewhere(const std::string& owner) const {
+  const std::string seen = text_of(lock_path_);
   if (seen == owner) return "";
   std::error_code ec;
   const std::string cwd = fs::current_path(ec).string();
@@ -207,6 +224,35 @@ std::string RunFolder::seen_elsewhere(const std::string& owner) const {
       dir_, who(), lock_path_,
       seen.empty() ? "is not there" : "has another run's owner line in it",
       fs::path(dir_).is_absolute() ? "" : fmt::format(" (a relative path: this rank resolves it in {})", cwd));
+}
+
+std::string RunFolder::checkpoints_probe() const {
+  const fs::path folder = fs::path(dir_) / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return "";  // made at the first save, inside the folder just checked
+  const std::string probe =
+      (folder / fmt::format(".trident-seen.{}.{}", host_name(), static_cast<long>(getpid()))).string();
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "";  // (unusable_entry found it writable; nothing to compare otherwise)
+  const bool written = write(fd, owner_.data(), owner_.size()) == static_cast<ssize_t>(owner_.size()) &&
+                       (fsync(fd) == 0 || errno == EINVAL);
+  close(fd);
+  if (written) return probe;
+  unlink(probe.c_str());
+  return "";
+}
+
+std::string RunFolder::probe_unseen(const std::string& probe, const std::string& owner) const {
+  if (text_of(probe) == owner) return "";
+  std::error_code ec;
+  const fs::path folder = fs::path(dir_) / "checkpoints";
+  const fs::path target = fs::read_symlink(folder, ec);
+  return fmt::format(
+      "run.output_dir {}: {} does not see the checkpoints folder rank 0 writes into ({}{}: rank 0's probe {} is not "
+      "there): every rank writes its part of each checkpoint there, so it must be storage that every node shares, "
+      "not node-local",
+      dir_, who(), folder.string(), ec ? "" : fmt::format(", a link to {}", target.string()),
+      fs::path(probe).filename().string());
 }
 
 std::string RunFolder::lock(double requeue_lock_wait_s, const std::atomic<int>& stop_signal, std::string& stopped) {

@@ -17,9 +17,10 @@
 // node-local (NFS -o nolock or local_lock, Lustre -o localflock, BeeGFS without global locks)
 // grant them: there a second run from another node is not refused.
 //
-// Every rank then reads the owner line back through its own path to the folder: a rank on a node
-// that sees another folder there (node-local scratch, a relative path under another working
-// directory) is bad input at start-up, not a failed first save after the training.
+// Every rank then reads the owner line back through its own path to the folder, and through the
+// checkpoints folder when one is there already (a link to scratch): a rank on a node that sees
+// another folder there (node-local scratch, a relative path under another working directory) is
+// bad input at start-up, not a failed first save after the training.
 #include <mpi.h>
 
 #include <atomic>
@@ -60,6 +61,11 @@ class RunFolder {
   // Ranks other than 0: "" when the lock file under this rank's path holds `owner` (rank 0's
   // line), else the bad-input message: this rank sees another folder under run.output_dir.
   std::string seen_elsewhere(const std::string& owner) const;
+  // Rank 0: a probe file holding owner_ in the checkpoints folder when there is one already (a
+  // link to other storage, an earlier run's); its path, or "" (no folder, or not written).
+  std::string checkpoints_probe() const;
+  // Ranks other than 0: "" when `probe` holds `owner`, else the bad-input message.
+  std::string probe_unseen(const std::string& probe, const std::string& owner) const;
   std::string dir_, lock_path_;
   std::string first_created_;  // the outermost folder claim() created ("" if it existed)
   bool created_lock_file_ = false;

@@ -116,6 +116,32 @@ grep -q "run.output_dir runs/x: rank 1 on $(hostname) does not see the folder ra
 grep -q "this rank resolves it in $PWD/node_b" split.log || fail "folders split between ranks: no working directory named"
 [ -z "$(find node_a node_b -mindepth 1)" ] || fail "folders split between ranks: the refused run left $(find node_a node_b -mindepth 1)"
 echo "a rank seeing another folder under run.output_dir: refused at start-up (exit 2), nothing left behind"
+# The same for a checkpoints folder that is a link to storage rank 1 does not share: here rank 1
+# runs in a mount namespace where another folder is bound over the link's target (as node-local
+# scratch under one path is another folder on each node). Where this machine lets root do that.
+mkdir -p scratch/ckpt other_scratch/ckpt linked
+ln -s "$PWD/scratch/ckpt" linked/checkpoints
+set +e
+"$mpiexec" -n 1 "$trident" train "${one[@]}" --set run.output_dir="$PWD/linked" \
+  : -n 1 unshare -m sh -c "mount --bind '$PWD/other_scratch' '$PWD/scratch' && exec \"\$0\" \"\$@\"" \
+  "$trident" train "${one[@]}" --set run.output_dir="$PWD/linked" >linked.log 2>&1
+rc=$?
+set -e
+if grep -q "unshare: \|mount: " linked.log; then
+  echo "a checkpoints link to storage one rank does not share: not tried ($(grep -m1 "unshare: \|mount: " linked.log))"
+else
+  refused "a checkpoints link to unshared storage" linked.log "$rc"
+  grep -q "run.output_dir $PWD/linked: rank 1 on $(hostname) does not see the checkpoints folder rank 0 writes into ($PWD/linked/checkpoints, a link to $PWD/scratch/ckpt: rank 0's probe .trident-seen.* is not there)" linked.log ||
+    fail "a checkpoints link to unshared storage: the message does not name rank 1 and the link"
+  [ -z "$(find scratch other_scratch -mindepth 2)" ] && [ "$(ls -A linked)" = checkpoints ] ||
+    fail "a checkpoints link to unshared storage: the refused run left $(find scratch other_scratch linked -mindepth 1)"
+  # Both ranks seeing the same storage through the link: the run trains and saves there.
+  "$mpiexec" -n 2 "$trident" train "${one[@]}" --set run.output_dir="$PWD/linked" >linked_shared.log 2>&1 ||
+    fail "a checkpoints link both ranks share: $(tail -3 linked_shared.log)"
+  [ -f scratch/ckpt/step_0000002.h5 ] && [ -z "$(find scratch/ckpt -name '.trident-seen*')" ] ||
+    fail "a checkpoints link both ranks share: $(ls -A scratch/ckpt)"
+  echo "a checkpoints link to storage rank 1 does not share: refused at start-up (exit 2); shared, it trains"
+fi
 
 # ---- 6. a requeued job whose folder is still locked by its own earlier lifetime (its node failed,
 # and the file system holds that lock until it gives up on the node). The earlier lifetime here is
