@@ -321,7 +321,7 @@ ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, cons
 }
 
 checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step, bool locked,
-                                   const std::string& resumed_from) {
+                                   std::string& resumed_from) {
   checkpoint::Retention retention;
   retention.keep_last = static_cast<int>(deck.checkpoint.keep_last);
   if (conn.world.rank != 0) return retention;  // rank 0 commits and prunes
@@ -345,8 +345,10 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
     if (!aside.replaced.empty())
       log::warn("removed the checkpoints an earlier start had moved to {}/previous: {}", dir,
                 fmt::join(aside.replaced, ", "));
-    if (!aside.brought_back.empty())
+    if (!aside.brought_back.empty()) {
       log::info("{} moved back from {}/previous into {}: this run starts from it", aside.brought_back, dir, dir);
+      resumed_from = (std::filesystem::path(dir) / aside.brought_back).string();  // where report.json finds it
+    }
     if (!aside.failure.empty()) log::warn("checkpoints in {} of another run: {}", dir, aside.failure);
   }
   retention.not_this_runs = checkpoint::step_files_after(dir, start_step);

@@ -145,8 +145,9 @@ std::string checkpoint_dir(const config::Deck& deck);
 // After restore: keep_last, and the files of later steps than the run's start, which are not its
 // own (logged when there are any).
 // `locked`: rank 0 holds the run folder's lock, so the unfinished saves there are no live run's.
+// `resumed_from` becomes the file's new path when it is brought back from checkpoints/previous/.
 checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step, bool locked,
-                                   const std::string& resumed_from);
+                                   std::string& resumed_from);
 // Writes and commits the checkpoint of step `step` (collective), counted in s.times/saves/bytes;
 // a background save still in flight is committed first. `loss`: the epoch's up to `step`.
 // Returns the file written.

@@ -182,6 +182,17 @@ grep -q "this run has checkpoints of its own; --resume auto: resuming from runs/
   lineage_requeued.log || fail "lineage C requeued: $(grep -i resum lineage_requeued.log)"
 [ "$(cd runs/lineage/checkpoints/previous && echo step_*.h5)" = step_0000002.h5 ] ||
   fail "lineage: previous/ holds $(ls runs/lineage/checkpoints/previous), expected B's step 2"
+# A run resumed from a file of previous/ that finishes: report.json names the file where it is
+# now, checkpoints/step_0000004.h5 (it named checkpoints/previous/..., where nothing is any more).
+brought=(--set checkpoint.every_steps=2 --set run.output_dir=runs/brought)
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${brought[@]}" --set run.max_steps=4 >brought_a.log 2>&1 ||
+  fail "brought A: $(tail -3 brought_a.log)"
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${brought[@]}" --set run.max_steps=2 --resume never \
+  >brought_b.log 2>&1 || fail "brought B: $(tail -3 brought_b.log)"
+"$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${brought[@]}" --set run.max_steps=6 \
+  --resume runs/brought/checkpoints/previous/step_0000004.h5 >brought_c.log 2>&1 || fail "brought C: $(tail -3 brought_c.log)"
+grep -q '"resumed_from": "checkpoints/step_0000004.h5"' runs/brought/report.json ||
+  fail "brought C: report.json's resumed_from: $(grep resumed_from runs/brought/report.json)"
 # --resume auto where every checkpoint is damaged: bad input naming each, not a quiet fresh start.
 mkdir -p runs/all_damaged/checkpoints
 cp corrupt.h5 runs/all_damaged/checkpoints/step_0000004.h5
