@@ -193,10 +193,18 @@ bool sync_folder(const std::string& dir) {
 
 }  // namespace
 
-std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep, bool remove) {
-  std::vector<std::string> removed;
+namespace {
+
+// An unfinished save in a checkpoints folder, and "name (size)" for the log.
+struct UnfinishedSave {
+  fs::path path;
+  std::string text;
+};
+
+std::vector<UnfinishedSave> find_unfinished_saves(const std::string& dir, const std::string& keep) {
+  std::vector<UnfinishedSave> found;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return removed;
+  if (!fs::is_directory(dir, ec)) return found;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const auto name = entry.path().filename().string();
     const bool unfinished_step = name.rfind("step_", 0) == 0 && name.size() > 7 && name.substr(name.size() - 7) == ".h5.tmp";
@@ -204,9 +212,25 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir, const s
     if (!keep.empty() && fs::equivalent(entry.path(), keep, ec)) continue;
     const auto bytes = entry.file_size(ec);
     const std::string size = ec ? "size unknown" : fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-    if (!remove || fs::remove(entry.path(), ec)) removed.push_back(fmt::format("{} ({})", name, size));
+    found.push_back({entry.path(), fmt::format("{} ({})", name, size)});
   }
-  std::sort(removed.begin(), removed.end());
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.text < b.text; });
+  return found;
+}
+
+}  // namespace
+
+std::vector<std::string> unfinished_saves(const std::string& dir, const std::string& keep) {
+  std::vector<std::string> texts;
+  for (const auto& save : find_unfinished_saves(dir, keep)) texts.push_back(save.text);
+  return texts;
+}
+
+std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& save : find_unfinished_saves(dir, keep))
+    if (fs::remove(save.path, ec)) removed.push_back(save.text);
   return removed;
 }
 
@@ -216,9 +240,24 @@ std::vector<std::string> step_files_after(const std::string& dir, int64_t step) 
   return later;
 }
 
+namespace {
+
+// A retired set of set-aside checkpoints: its step files and `latest` removed (their names added to
+// `removed`), then the folder, when nothing else is in it (what a user put there stays).
+void retire(const fs::path& old, std::vector<std::string>& removed) {
+  std::error_code ec;
+  for (const auto& name : step_files_in(old.string()))
+    if (fs::remove(old / name, ec)) removed.push_back(name);
+  fs::remove(old / "latest", ec);
+  fs::remove(old, ec);  // only when empty
+}
+
+}  // namespace
+
 SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::string& keep) {
   SetAside result;
-  const fs::path folder(dir), previous = folder / "previous", staging = folder / "previous.new";
+  const fs::path folder(dir), previous = folder / "previous", staging = folder / "previous.new",
+                 old = folder / "previous.old";
   std::error_code ec;
   const auto same = [&](const fs::path& a) { return !keep.empty() && fs::equivalent(a, keep, ec); };
   std::string latest;
@@ -231,11 +270,22 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   for (const auto& name : continues ? step_files_after(dir, step) : step_files_in(dir))
     if (!same(folder / name)) others.push_back(name);
   if (others.empty()) return result;
+  // Checked before anything moves: the folders of the swap below must be free for it.
+  if (fs::exists(fs::symlink_status(previous, ec)) && !fs::is_directory(previous, ec)) {
+    result.failure = fmt::format("{} is not a folder: move it away; nothing was moved", previous.string());
+    return result;
+  }
   // Staged, so that nothing of the earlier set is removed unless every file moved.
   if (fs::exists(staging, ec)) {
     result.failure = fmt::format("{} is there already (a start interrupted while it set checkpoints aside): move it "
                                  "away; nothing was moved",
                                  staging.string());
+    return result;
+  }
+  // A set two starts back (a start interrupted before it removed it) goes as it would have.
+  if (fs::exists(fs::symlink_status(old, ec))) retire(old, result.replaced);
+  if (fs::exists(fs::symlink_status(old, ec))) {
+    result.failure = fmt::format("{} holds files trident did not write: move them away; nothing was moved", old.string());
     return result;
   }
   fs::create_directories(staging, ec);
@@ -256,20 +306,13 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
     if (!ec) result.brought_back = fs::path(keep).filename().string();
   }
   // previous/ -> previous.old, previous.new -> previous, then the old set removed.
-  const fs::path old = folder / "previous.old";
-  if (fs::exists(previous, ec)) {
-    fs::remove_all(old, ec);
-    fs::rename(previous, old, ec);
-  }
+  if (fs::exists(previous, ec)) fs::rename(previous, old, ec);
   fs::rename(staging, previous, ec);
   if (ec) {
     result.failure = fmt::format("renaming {} to {} failed ({})", staging.string(), previous.string(), ec.message());
     return result;
   }
-  for (const auto& name : step_files_in(old.string()))
-    if (fs::remove(old / name, ec)) result.replaced.push_back(name);
-  fs::remove(old / "latest", ec);
-  fs::remove(old, ec);  // only when empty: anything else the user put there stays
+  retire(old, result.replaced);
   sync_folder(previous.string());
   sync_folder(dir);
   return result;

@@ -75,8 +75,10 @@ std::vector<std::string> step_files_after(const std::string& dir, int64_t step);
 // file `latest` names). Left there, a requeue of this run before its first save (--resume auto)
 // would resume from them, and each fresh start would add to them. They go into `dir`/previous,
 // with `latest` when it names one; that folder's earlier set is removed once every file has moved
-// (one start back is kept). A file of previous/ the run resumes from (`keep`) comes back into
-// `dir`. Rank 0, holding the folder's lock.
+// (one start back is kept; files a user put there stay). A file of previous/ the run resumes from
+// (`keep`) comes back into `dir`. Nothing moves (`failure` says why) when `previous` is not a
+// folder, when previous.new is there (an interrupted start's) or when previous.old, a set two
+// starts back, holds other files than trident's. Rank 0, holding the folder's lock.
 struct SetAside {
   std::vector<std::string> moved;     // names now in `dir`/previous
   std::vector<std::string> replaced;  // names of the earlier set, removed
@@ -84,13 +86,14 @@ struct SetAside {
   std::string failure;                // why not all moved ("" when all did); nothing removed then
 };
 SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::string& keep);
-// Removes the saves an earlier run of the folder left unfinished (step_*.h5.tmp, latest.tmp: it
-// was killed while writing them; nothing reads them) and returns "name (size)" for each. Only
-// for the run that holds the folder's lock, before its first save. `keep`: a file this run resumes
-// from (--resume naming a .tmp), which stays. remove = false: only listed (no lock held: they may
-// be another live run's).
-std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep = "",
-                                                bool remove = true);
+// The saves an earlier run of the folder left unfinished (step_*.h5.tmp, latest.tmp: it was killed
+// while writing them; nothing reads them), "name (size)" each, but `keep` (a file this run resumes
+// from: --resume naming a .tmp). Without the folder's lock they may be another live run's: only
+// listed then.
+std::vector<std::string> unfinished_saves(const std::string& dir, const std::string& keep = "");
+// The same, removed (those that could be); only for the run that holds the folder's lock, before
+// its first save.
+std::vector<std::string> remove_unfinished_saves(const std::string& dir, const std::string& keep = "");
 
 // Collective over `comm`. `params` and `buffers` list the whole model (every rank passes the
 // same lists and the same state names). Returns the committed file's path.

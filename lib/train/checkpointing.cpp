@@ -328,7 +328,8 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
   const std::string dir = checkpoint_dir(deck);
   // Unguarded (no locks on this file system), an unfinished save may be another live run's.
   // Not the file this run resumes from, were it one of them (--resume naming a .tmp the user salvages).
-  const auto unfinished = checkpoint::remove_unfinished_saves(dir, resumed_from, locked);
+  const auto unfinished =
+      locked ? checkpoint::remove_unfinished_saves(dir, resumed_from) : checkpoint::unfinished_saves(dir, resumed_from);
   if (!unfinished.empty() && locked)
     log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", dir,
               fmt::join(unfinished, ", "));

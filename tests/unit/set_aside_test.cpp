@@ -1,0 +1,131 @@
+// checkpoint::set_aside_other_runs and the unfinished saves of a checkpoints folder, on files
+// named as trident names them (their content does not matter here): what moves where, what is
+// removed, and the cases where nothing may move.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.hpp"
+#include "scratch_folder.hpp"
+
+namespace fs = std::filesystem;
+using trident::checkpoint::remove_unfinished_saves;
+using trident::checkpoint::set_aside_other_runs;
+using trident::checkpoint::unfinished_saves;
+
+namespace {
+
+class SetAside : public ScratchFolderTest {
+ protected:
+  void file(const std::string& name, const std::string& text = "x") {
+    fs::create_directories((dir_ / name).parent_path());
+    std::ofstream(dir_ / name) << text;
+  }
+  std::string text(const std::string& name) const {
+    std::ifstream in(dir_ / name);
+    std::string t;
+    std::getline(in, t);
+    return t;
+  }
+  std::vector<std::string> names(const std::string& sub = "") const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir_ / sub)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::string d() const { return dir_.string(); }
+};
+
+using Names = std::vector<std::string>;
+
+}  // namespace
+
+// A fresh start moves every step file and latest into previous/; the next one replaces that set
+// (removing it, but a file a user put there) and keeps one start back.
+TEST_F(SetAside, FreshStartsMoveEverythingAndKeepOneStartBack) {
+  file("step_0000002.h5");
+  file("step_0000004.h5");
+  file("latest", "step_0000004.h5");
+  auto first = set_aside_other_runs(d(), 0, "");
+  EXPECT_EQ(first.failure, "");
+  EXPECT_EQ(first.moved, (Names{"step_0000002.h5", "step_0000004.h5"}));
+  EXPECT_TRUE(first.replaced.empty());
+  EXPECT_EQ(names(), (Names{"previous"}));
+  EXPECT_EQ(names("previous"), (Names{"latest", "step_0000002.h5", "step_0000004.h5"}));
+  file("previous/notes.txt", "mine");
+
+  file("step_0000006.h5", "second run");
+  auto second = set_aside_other_runs(d(), 0, "");
+  EXPECT_EQ(second.failure, "");
+  EXPECT_EQ(second.moved, (Names{"step_0000006.h5"}));
+  EXPECT_EQ(second.replaced, (Names{"step_0000002.h5", "step_0000004.h5"}));
+  EXPECT_EQ(names("previous"), (Names{"step_0000006.h5"}));
+  // The user's file stays, in the retired folder; the set two starts back is gone.
+  EXPECT_EQ(names(), (Names{"previous", "previous.old"}));
+  EXPECT_EQ(names("previous.old"), (Names{"notes.txt"}));
+
+  // Next time that folder holds other files than trident's: nothing moves, and it says why.
+  file("step_0000008.h5");
+  auto third = set_aside_other_runs(d(), 0, "");
+  EXPECT_NE(third.failure.find("previous.old holds files trident did not write"), std::string::npos) << third.failure;
+  EXPECT_TRUE(third.moved.empty());
+  EXPECT_TRUE(fs::exists(dir_ / "step_0000008.h5"));
+}
+
+// A run resuming from the file latest names continues the folder: only later steps move. One
+// resuming from a file of previous/ brings it back into the folder.
+TEST_F(SetAside, ContinuingMovesOnlyLaterStepsAndAFileOfPreviousComesBack) {
+  file("step_0000002.h5");
+  file("step_0000004.h5");
+  file("step_0000006.h5");
+  file("latest", "step_0000004.h5");
+  auto later = set_aside_other_runs(d(), 4, d() + "/step_0000004.h5");
+  EXPECT_EQ(later.failure, "");
+  EXPECT_EQ(later.moved, (Names{"step_0000006.h5"}));
+  EXPECT_EQ(names(), (Names{"latest", "previous", "step_0000002.h5", "step_0000004.h5"}));
+
+  auto back = set_aside_other_runs(d(), 6, d() + "/previous/step_0000006.h5");
+  EXPECT_EQ(back.failure, "");
+  EXPECT_EQ(back.brought_back, "step_0000006.h5");
+  EXPECT_EQ(back.moved, (Names{"step_0000002.h5", "step_0000004.h5"}));
+  EXPECT_EQ(names(), (Names{"previous", "step_0000006.h5"}));
+  EXPECT_EQ(names("previous"), (Names{"latest", "step_0000002.h5", "step_0000004.h5"}));
+}
+
+// Nothing moves when previous is not a folder or when an interrupted start left previous.new;
+// each is said, and every file stays where it was.
+TEST_F(SetAside, NothingMovesWhenTheSwapFoldersAreNotFree) {
+  file("step_0000002.h5");
+  file("latest", "step_0000002.h5");
+  file("previous", "a file of the user's");
+  auto not_folder = set_aside_other_runs(d(), 0, "");
+  EXPECT_NE(not_folder.failure.find("previous is not a folder: move it away; nothing was moved"), std::string::npos)
+      << not_folder.failure;
+  EXPECT_EQ(names(), (Names{"latest", "previous", "step_0000002.h5"}));
+  EXPECT_EQ(text("previous"), "a file of the user's");
+
+  fs::remove(dir_ / "previous");
+  file("previous.new/step_0000001.h5");
+  auto interrupted = set_aside_other_runs(d(), 0, "");
+  EXPECT_NE(interrupted.failure.find("previous.new is there already"), std::string::npos) << interrupted.failure;
+  EXPECT_TRUE(interrupted.moved.empty());
+  EXPECT_EQ(names(), (Names{"latest", "previous.new", "step_0000002.h5"}));
+}
+
+// Unfinished saves are listed (without the lock) or removed (with it), but the file a run resumes from.
+TEST_F(SetAside, UnfinishedSavesAreListedOrRemovedButTheOneResumedFrom) {
+  file("step_0000002.h5.tmp");
+  file("step_0000004.h5.tmp");
+  file("latest.tmp");
+  file("step_0000002.h5");
+  EXPECT_EQ(unfinished_saves(d(), d() + "/step_0000004.h5.tmp"),
+            (Names{"latest.tmp (0.0 MiB)", "step_0000002.h5.tmp (0.0 MiB)"}));
+  EXPECT_EQ(names(), (Names{"latest.tmp", "step_0000002.h5", "step_0000002.h5.tmp", "step_0000004.h5.tmp"}));
+  EXPECT_EQ(remove_unfinished_saves(d(), d() + "/step_0000004.h5.tmp"),
+            (Names{"latest.tmp (0.0 MiB)", "step_0000002.h5.tmp (0.0 MiB)"}));
+  EXPECT_EQ(names(), (Names{"step_0000002.h5", "step_0000004.h5.tmp"}));
+}
