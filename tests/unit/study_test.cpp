@@ -415,3 +415,50 @@ TEST_F(StudyReport, PendingReportIsCompletedOnlyWithItsCheckpoint) {
             std::string::npos);
   EXPECT_FALSE(fs::exists(report));
 }
+
+// A resumed run's metrics.jsonl keeps the records up to the step it resumes from: the records an
+// earlier (killed) lifetime logged after it go, a line a kill cut short goes, and a last record
+// without its newline gets one. Past the first 64 KiB read from the end, more is read.
+TEST_F(StudyReport, MetricsLogKeepsTheRecordsUpToTheResumedStep) {
+  const std::string file = (dir_ / "metrics.jsonl").string();
+  const auto record = [](int64_t step) {
+    return fmt::format("{{\"epoch\":0,\"grad_norm\":1.0,\"loss\":0.5,\"lr\":0.001,\"samples_per_s\":1000.0,\"step\":{}}}",
+                       step);  // as MetricsLog writes it (keys in order)
+  };
+  const auto contents = [&] {
+    std::ifstream in(file, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto write = [&](int64_t first, int64_t last, const std::string& tail) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    for (int64_t step = first; step <= last; ++step) out << record(step) << "\n";
+    out << tail;
+  };
+  const auto expected = [&](int64_t first, int64_t last) {
+    std::string text;
+    for (int64_t step = first; step <= last; ++step) text += record(step) + "\n";
+    return text;
+  };
+  // 4000 records of about 100 bytes: the 2000 dropped span several windows.
+  write(1, 4000, "{\"epoch\":0,\"grad_no");
+  { MetricsLog log(file, 2000); }
+  EXPECT_EQ(contents(), expected(1, 2000));
+  // Nothing after the step: unchanged.
+  { MetricsLog log(file, 2000); }
+  EXPECT_EQ(contents(), expected(1, 2000));
+  // A last record without its newline, of a step kept: the newline added.
+  write(1, 9, record(10));
+  { MetricsLog log(file, 10); }
+  EXPECT_EQ(contents(), expected(1, 10));
+  // Resumed from before every record: none kept.
+  write(5, 9, "");
+  { MetricsLog log(file, 4); }
+  EXPECT_EQ(contents(), "");
+  // A resumed run appends after what is kept.
+  write(1, 6, "");
+  {
+    MetricsLog log(file, 3);
+    log.write({4, 0, 0.5, 0.001, 1000.0, 1.0, {}, {}});
+  }
+  EXPECT_EQ(contents(), expected(1, 4));
+}
