@@ -57,9 +57,11 @@ for ((k = 1; k <= links; k++)); do
   # TRIDENT_CHAIN tells the job script it is a link: a stop passes to the next link instead of
   # requeueing (unless TRIDENT_MAX_REQUEUE says otherwise), and a finished run ends the chain.
   # TRIDENT_CHAIN_LINK: a link after the first goes on with the run's own checkpoints, not a
-  # --resume PATH or never given to the chain.
+  # --resume PATH or never given to the chain. TRIDENT_CHAIN_PREVIOUS_JOB: the link before, which
+  # has ended when this one starts: a run-folder lock it still holds is a failed node's (trident
+  # waits run.requeue_lock_wait_s for it instead of refusing the folder).
   # ${a[@]+"${a[@]}"}: an array that may be empty, which bash before 4.4 calls unbound (set -u).
-  previous=$(sbatch --parsable --job-name="$name" --signal="B:USR1@$signal_s" --export="ALL,TRIDENT_CHAIN=1,TRIDENT_CHAIN_LINK=$k,TRIDENT_SIGNAL_LEAD_S=$signal_s" \
+  previous=$(sbatch --parsable --job-name="$name" --signal="B:USR1@$signal_s" --export="ALL,TRIDENT_CHAIN=1,TRIDENT_CHAIN_LINK=$k,TRIDENT_CHAIN_PREVIOUS_JOB=$previous,TRIDENT_SIGNAL_LEAD_S=$signal_s" \
                     ${dependency[@]+"${dependency[@]}"} ${sbatch_args[@]+"${sbatch_args[@]}"} "$script" "$@") || {
     # No half chain: the links already submitted are cancelled.
     echo "restart_chain.sh: sbatch failed at link $k; cancelling the ${#submitted[@]} link(s) already submitted" >&2

@@ -23,7 +23,7 @@
   X(run, fail_timeout_s, double, 30.0,                                                          \
     "abort the job when a rank is dead or makes no progress for this long (heartbeats; 1 to 1e6 seconds); 0 = off") \
   X(run, requeue_lock_wait_s, double, 300.0,                                                    \
-    "a requeued Slurm job whose run.output_dir is still locked by an earlier lifetime of the same job (on a node that failed, until the file system gives up its lock: NFSv4 after its ~90 s lease) waits this long for it (0 to 1e6 seconds), then exits 2") \
+    "a requeued Slurm job (or jobs/restart_chain.sh's next link) whose run.output_dir is still locked by an earlier lifetime of the same job (or the previous link), which Slurm has ended (its node failed: the file system keeps the lock until it gives up on the node, NFSv4 after its ~90 s lease), waits this long for it (0 to 1e6 seconds), then exits 2") \
   X(run, check_memory, bool, true,                                                              \
     "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's), and at pp = 1 a whole-model build past each rank's share of it; false = skip both") \
   X(run, peak_tflops, double, 0.0,                                                              \

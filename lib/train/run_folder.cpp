@@ -63,13 +63,19 @@ JobLifetime job_of_owner(const std::string& owner) {
   return job;
 }
 
-// The folder is locked by an earlier lifetime of this very job. Slurm runs one lifetime of a job
-// at a time and starts the next only once the earlier one is gone, so its lock is a dead
-// process's, held for it by the file system because its node failed (NFSv4 until the lease
-// expires, about 90 s; NFSv3 until that client reboots; Lustre until it evicts the client).
-bool held_by_an_earlier_lifetime(const std::string& owner) {
+// The folder is locked by a job Slurm has ended: an earlier lifetime of this very job (Slurm runs
+// one lifetime of a job at a time and starts the next only once the earlier one is gone), or the
+// link before this one of a jobs/restart_chain.sh chain (TRIDENT_CHAIN_PREVIOUS_JOB; this link
+// depends on it with afterany). Its lock is then a dead process's, held for it by the file system
+// because its node failed (NFSv4 until the lease expires, about 90 s; NFSv3 until that client
+// reboots; Lustre until it evicts the client). What it is, or "" for another job's lock.
+std::string ended_holder(const std::string& owner) {
   const JobLifetime mine = this_job(), theirs = job_of_owner(owner);
-  return !mine.id.empty() && theirs.id == mine.id && theirs.restart < mine.restart;
+  if (theirs.id.empty()) return "";
+  if (theirs.id == mine.id && theirs.restart < mine.restart) return "an earlier lifetime of this job";
+  const char* previous_link = std::getenv("TRIDENT_CHAIN_PREVIOUS_JOB");
+  if (previous_link && theirs.id == previous_link) return "the previous link of this job chain";
+  return "";
 }
 
 // `dir` absolute, without . and .. and without a trailing separator.
@@ -279,30 +285,30 @@ std::string RunFolder::lock(double requeue_lock_wait_s, const std::atomic<int>& 
     if (rc != 0 && errno == EINVAL) rc = fcntl(fd_, F_SETLK, &whole);
     if (rc != 0 && (errno == EACCES || errno == EAGAIN)) {
       const std::string owner = read_owner(fd_);
-      if (!held_by_an_earlier_lifetime(owner))
+      const std::string holder = ended_holder(owner);
+      if (holder.empty())
         return fmt::format(
             "run.output_dir {} is in use by another run: {} (lock {}). Two runs in one folder would mix their "
             "checkpoints and reports: wait for that run to end, or give this one another run.output_dir",
             dir_, owner, lock_path_);
       if (waited_s() >= requeue_lock_wait_s)
         return fmt::format(
-            "run.output_dir {} is still locked by an earlier lifetime of this job ({}; lock {}) after {:.0f} s "
-            "(run.requeue_lock_wait_s = {:g}). Slurm ended that lifetime, so its node has failed or hangs, and the "
-            "file system still holds its lock. If that node is down for good, remove {} and start the job again",
-            dir_, owner, lock_path_, waited_s(), requeue_lock_wait_s, lock_path_);
+            "run.output_dir {} is still locked by {} ({}; lock {}) after {:.0f} s (run.requeue_lock_wait_s = {:g}). "
+            "Slurm has ended that job, so its node has failed or hangs, and the file system still holds its lock. If "
+            "that node is down for good, remove {} and start the job again",
+            dir_, holder, owner, lock_path_, waited_s(), requeue_lock_wait_s, lock_path_);
       if (!waiting)
-        log::warn("run.output_dir {} is locked by an earlier lifetime of this job ({}), which Slurm has ended: its "
-                  "node failed, and the file system frees its lock only after a while. Waiting up to {:g} s for it "
-                  "(run.requeue_lock_wait_s)",
-                  dir_, owner, requeue_lock_wait_s);
+        log::warn("run.output_dir {} is locked by {} ({}), which Slurm has ended: its node failed, and the file "
+                  "system frees its lock only after a while. Waiting up to {:g} s for it (run.requeue_lock_wait_s)",
+                  dir_, holder, owner, requeue_lock_wait_s);
       waiting = true;
       close(fd_);
       fd_ = -1;
       for (int tick = 0; tick < 10 && stop_signal.load() == 0; ++tick) usleep(50 * 1000);
       if (stop_signal.load() != 0) {
-        stopped = fmt::format("stopped by a signal while waiting for the lock of run.output_dir {} (held by an "
-                              "earlier lifetime of this job); nothing was written",
-                              dir_);
+        stopped = fmt::format("stopped by a signal while waiting for the lock of run.output_dir {} (held by {}); "
+                              "nothing was written",
+                              dir_, holder);
         return "";
       }
       continue;

@@ -10,7 +10,8 @@
 // it when the process ends in any way, SIGKILL included, so a dead owner does not block the next
 // run. A lost node's lock is the exception: the lock manager holds it until it gives up on that
 // node (NFSv4 after its ~90 s lease, NFSv3 until the client reboots), so a requeued job that finds
-// its own earlier lifetime's lock waits a while (run.requeue_lock_wait_s) instead of failing. Record locks are what cluster file systems implement across nodes (NFSv3 via NLM,
+// its own earlier lifetime's lock (or a chain link, its previous link's) waits a while
+// (run.requeue_lock_wait_s) instead of failing. Record locks are what cluster file systems implement across nodes (NFSv3 via NLM,
 // NFSv4, Lustre mounted with -o flock, GPFS/Spectrum Scale); flock(2) is node-local on some of
 // them. Tested here on local ext4 and tmpfs. Where the file system refuses locks (ENOLCK,
 // ENOSYS, EOPNOTSUPP), rank 0 warns and the run goes on unguarded. Mounts that keep locks
@@ -34,8 +35,9 @@ class RunFolder {
   // Collective over `comm`: rank 0 creates `dir` if needed and takes the lock; every rank
   // throws BadInput when another live run owns the folder (or it cannot be created). A requeued
   // Slurm job finding the lock held by an earlier lifetime of the same job (its owner line names
-  // the job and its restart count) waits up to `requeue_lock_wait_s` for it: that lifetime is over
-  // (Slurm runs one at a time), so it is a failed node's lock the file system has not yet let go.
+  // the job and its restart count), or a chain link finding it held by the link before
+  // (TRIDENT_CHAIN_PREVIOUS_JOB), waits up to `requeue_lock_wait_s` for it: that job is over, so
+  // it is a failed node's lock the file system has not yet let go.
   // A stop signal (`stop_signal` set) during that wait throws StoppedBySignal on every rank.
   static std::unique_ptr<RunFolder> claim(const std::string& dir, MPI_Comm comm, double requeue_lock_wait_s,
                                           const std::atomic<int>& stop_signal);

@@ -178,6 +178,13 @@ grep -q "locked by an earlier lifetime of this job (job 4242, host .*), which Sl
   grep -q "still locked by an earlier lifetime of this job .* after 2 s (run.requeue_lock_wait_s = 2).* remove runs/requeued/.trident-lock" \
   short_wait.log || fail "a short wait: the messages"
 [ $((SECONDS - started)) -ge 2 ] || fail "a short wait: it did not wait 2 s"
+# The next link of a jobs/restart_chain.sh chain (another job id, the held one named as its
+# predecessor) waits the same way.
+expect_exit 2 chain_link.log env SLURM_JOB_ID=4243 TRIDENT_CHAIN_PREVIOUS_JOB=4242 "$trident" train "${requeue[@]}" \
+  --set run.requeue_lock_wait_s=1
+grep -q "locked by the previous link of this job chain (job 4242, host .*), which Slurm has ended.*Waiting up to 1 s" \
+  chain_link.log && grep -q "still locked by the previous link of this job chain .* after 1 s" chain_link.log ||
+  fail "the next link of a chain: $(cat chain_link.log)"
 # A stop signal during the wait: exit 3 (the job scripts requeue), nothing written.
 env SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 "$trident" train "${requeue[@]}" >signalled_wait.log 2>&1 &
 waiter=$!
