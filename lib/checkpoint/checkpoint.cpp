@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
 #include <thread>
 #include <csignal>
 #include <cstdlib>
@@ -208,7 +209,9 @@ std::vector<UnfinishedSave> find_unfinished_saves(const std::string& dir, const 
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const auto name = entry.path().filename().string();
     const bool unfinished_step = name.rfind("step_", 0) == 0 && name.size() > 7 && name.substr(name.size() - 7) == ".h5.tmp";
-    if (!(unfinished_step || name == "latest.tmp") || !entry.is_regular_file(ec)) continue;
+    // (.trident-seen.*: a start-up's probe, run_folder.cpp, left by a start killed at that moment)
+    const bool probe = name.rfind(".trident-seen.", 0) == 0;
+    if (!(unfinished_step || probe || name == "latest.tmp") || !entry.is_regular_file(ec)) continue;
     if (!keep.empty() && fs::equivalent(entry.path(), keep, ec)) continue;
     const auto bytes = entry.file_size(ec);
     const std::string size = ec ? "size unknown" : fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
@@ -244,6 +247,19 @@ namespace {
 
 // A retired set of set-aside checkpoints: its step files and `latest` removed (their names added to
 // `removed`), then the folder, when nothing else is in it (what a user put there stays).
+// `p` with a suffix of the UTC time (and a count, were that taken): a name nothing has.
+fs::path unused_name(const fs::path& p) {
+  char when[32] = {0};
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(when, sizeof(when), "%Y%m%dT%H%M%SZ", &utc);
+  std::error_code ec;
+  fs::path name = p.string() + "." + when;
+  for (int n = 1; fs::exists(fs::symlink_status(name, ec)); ++n) name = fmt::format("{}.{}.{}", p.string(), when, n);
+  return name;
+}
+
 void retire(const fs::path& old, std::vector<std::string>& removed) {
   std::error_code ec;
   for (const auto& name : step_files_in(old.string()))
@@ -270,24 +286,26 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   for (const auto& name : continues ? step_files_after(dir, step) : step_files_in(dir))
     if (!same(folder / name)) others.push_back(name);
   if (others.empty()) return result;
-  // Checked before anything moves: the folders of the swap below must be free for it.
-  if (fs::exists(fs::symlink_status(previous, ec)) && !fs::is_directory(previous, ec)) {
-    result.failure = fmt::format("{} is not a folder: move it away; nothing was moved", previous.string());
+  // Before anything moves, the names of the swap below are made free: what is there is renamed
+  // and left, never removed (a user's file named previous, the set of a start interrupted while it
+  // set checkpoints aside, a user's files in a retired set). A set two starts back that holds
+  // only trident's files goes, as it would have.
+  const auto out_of_the_way = [&](const fs::path& p) {
+    const fs::path aside = unused_name(p);
+    fs::rename(p, aside, ec);
+    if (ec)
+      result.failure = fmt::format("renaming {} (in the way) to {} failed ({}); nothing was moved", p.string(),
+                                   aside.string(), ec.message());
+    else
+      result.kept_aside.push_back(aside.filename().string());
+    return !ec;
+  };
+  if (fs::exists(fs::symlink_status(previous, ec)) && !fs::is_directory(previous, ec) && !out_of_the_way(previous))
     return result;
-  }
+  if (fs::exists(fs::symlink_status(staging, ec)) && !out_of_the_way(staging)) return result;
+  if (fs::symlink_status(old, ec).type() == fs::file_type::directory) retire(old, result.replaced);
+  if (fs::exists(fs::symlink_status(old, ec)) && !out_of_the_way(old)) return result;
   // Staged, so that nothing of the earlier set is removed unless every file moved.
-  if (fs::exists(staging, ec)) {
-    result.failure = fmt::format("{} is there already (a start interrupted while it set checkpoints aside): move it "
-                                 "away; nothing was moved",
-                                 staging.string());
-    return result;
-  }
-  // A set two starts back (a start interrupted before it removed it) goes as it would have.
-  if (fs::exists(fs::symlink_status(old, ec))) retire(old, result.replaced);
-  if (fs::exists(fs::symlink_status(old, ec))) {
-    result.failure = fmt::format("{} holds files trident did not write: move them away; nothing was moved", old.string());
-    return result;
-  }
   fs::create_directories(staging, ec);
   for (const auto& name : others) {
     fs::rename(folder / name, staging / name, ec);

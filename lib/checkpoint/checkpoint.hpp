@@ -76,18 +76,20 @@ std::vector<std::string> step_files_after(const std::string& dir, int64_t step);
 // would resume from them, and each fresh start would add to them. They go into `dir`/previous,
 // with `latest` when it names one; that folder's earlier set is removed once every file has moved
 // (one start back is kept; files a user put there stay). A file of previous/ the run resumes from
-// (`keep`) comes back into `dir`. Nothing moves (`failure` says why) when `previous` is not a
-// folder, when previous.new is there (an interrupted start's) or when previous.old, a set two
-// starts back, holds other files than trident's. Rank 0, holding the folder's lock.
+// (`keep`) comes back into `dir`. What is in the way is renamed NAME.<UTC time> and left: a
+// `previous` that is not a folder, a previous.new an interrupted start left, a previous.old (a set
+// two starts back) holding other files than trident's or not a folder. `failure`: a rename failed.
+// Rank 0, holding the folder's lock.
 struct SetAside {
   std::vector<std::string> moved;     // names now in `dir`/previous
   std::vector<std::string> replaced;  // names of the earlier set, removed
   std::string brought_back;           // `keep`'s name, moved from previous/ into `dir`
+  std::vector<std::string> kept_aside;  // what was in the way, renamed NAME.<UTC time> (in `dir`)
   std::string failure;                // why not all moved ("" when all did); nothing removed then
 };
 SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::string& keep);
 // The saves an earlier run of the folder left unfinished (step_*.h5.tmp, latest.tmp: it was killed
-// while writing them; nothing reads them), "name (size)" each, but `keep` (a file this run resumes
+// while writing them; nothing reads them; and a start-up probe, .trident-seen.*), "name (size)" each, but `keep` (a file this run resumes
 // from: --resume naming a .tmp). Without the folder's lock they may be another live run's: only
 // listed then.
 std::vector<std::string> unfinished_saves(const std::string& dir, const std::string& keep = "");

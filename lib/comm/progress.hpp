@@ -45,11 +45,23 @@ class OpScope {
 
 // The main thread reads or writes files for the scope's lifetime (rank 0's records, a checkpoint,
 // the training data): it may stall there with the file system (kFileIoTimeoutFactor). Nests,
-// and holds blocking operations inside (a checkpoint's collectives).
+// and holds blocking operations inside (a checkpoint's collectives). The outermost scope restarts
+// the main thread's clock where it begins and ends (since_ns, stored before file_io as OpScope
+// stores it before current_op): the stall is timed from its start, and the computing after it
+// from its end, not from the last operation before it (a stall of minutes, then a step's compute,
+// read as minutes of computing).
 class FileIoScope {
  public:
-  FileIoScope() { progress().file_io.fetch_add(1, std::memory_order_release); }
-  ~FileIoScope() { progress().file_io.fetch_sub(1, std::memory_order_release); }
+  FileIoScope() {
+    auto& p = progress();
+    if (p.file_io.load(std::memory_order_relaxed) == 0) p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
+    p.file_io.fetch_add(1, std::memory_order_release);
+  }
+  ~FileIoScope() {
+    auto& p = progress();
+    if (p.file_io.load(std::memory_order_relaxed) == 1) p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
+    p.file_io.fetch_sub(1, std::memory_order_release);
+  }
   FileIoScope(const FileIoScope&) = delete;
   FileIoScope& operator=(const FileIoScope&) = delete;
 };

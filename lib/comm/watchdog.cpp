@@ -81,10 +81,11 @@ Beat snapshot(int64_t now) {
   Beat b;
   b.completed = p.completed.load(std::memory_order_relaxed);
   b.last_op = p.last_op.load(std::memory_order_relaxed);
+  // Both states before the time they were stored after (comm/progress.hpp).
+  b.file_io = p.file_io.load(std::memory_order_acquire) > 0 ? 1 : 0;
   b.current_op = p.current_op.load(std::memory_order_acquire);
   b.state_ms = (now - p.since_ns.load(std::memory_order_relaxed)) / 1000000;
   b.step = p.step.load(std::memory_order_relaxed);
-  b.file_io = p.file_io.load(std::memory_order_acquire) > 0 ? 1 : 0;
   return b;
 }
 

@@ -175,14 +175,21 @@ json checkpoint_identity(const std::string& checkpoint) {
 
 void write_report_json(const std::string& path, const Summary& s) { replace_file(path, summary_json(s).dump(2) + "\n"); }
 
-void write_pending_report(const std::string& path, const Summary& s, const std::string& checkpoint) {
-  json r = summary_json(s);
-  r["final"]["test_loss"] = r["final"]["test_accuracy"] = nullptr;
-  r["pending"] = {{"why", "the run's report.json but for its last evaluation, which was under way when this was "
-                          "written; a requeued job that finds the run trained completes it into report.json"},
-                  {"checkpoint", run_relative(checkpoint, s.deck.run.output_dir)},
-                  {"identity", checkpoint_identity(checkpoint)}};
-  replace_file(path, r.dump(2) + "\n");
+std::string write_pending_report(const std::string& path, const Summary& s, const std::string& checkpoint) {
+  try {
+    json r = summary_json(s);
+    r["final"]["test_loss"] = r["final"]["test_accuracy"] = nullptr;
+    r["pending"] = {{"why", "the run's report.json but for its last evaluation, which was under way when this was "
+                            "written; a requeued job that finds the run trained completes it into report.json"},
+                    {"checkpoint", run_relative(checkpoint, s.deck.run.output_dir)},
+                    {"identity", checkpoint_identity(checkpoint)}};
+    replace_file(path, r.dump(2) + "\n");
+    return "";
+  } catch (const std::exception& e) {  // a full disk: said, and the run goes on to its report.json
+    std::error_code ec;
+    std::filesystem::remove(path + ".tmp", ec);
+    return e.what();
+  }
 }
 
 std::string complete_pending_report(const std::string& pending, const std::string& path, const std::string& checkpoint,
@@ -193,20 +200,29 @@ std::string complete_pending_report(const std::string& pending, const std::strin
     if (!in) return fmt::format("{} cannot be read ({})", pending, std::strerror(errno));
     r = json::parse(in, nullptr, /*allow_exceptions=*/false);
   }
+  const auto number_or_absent = [&](const char* phase) {
+    return !r["time_s"].contains(phase) || r["time_s"][phase].is_number();
+  };
   if (!r.is_object() || !r.contains("pending") || !r["pending"].is_object() || !r.contains("final") ||
-      !r.contains("time_s") || !r["time_s"].is_object())
+      !r["final"].is_object() || !r.contains("time_s") || !r["time_s"].is_object() || !number_or_absent("evaluation") ||
+      !number_or_absent("total"))
     return fmt::format("{} is not a pending report trident wrote", pending);
   const json identity = checkpoint_identity(checkpoint);
-  if (identity.is_null() || r["pending"].value("identity", json()) != identity)
-    return fmt::format("{} was written after another checkpoint than {} ({})", pending, checkpoint,
-                       r["pending"].value("checkpoint", std::string("?")));
+  if (identity.is_null() || !r["pending"].contains("identity") || r["pending"]["identity"] != identity)
+    return fmt::format("{} was written after another checkpoint than {}", pending, checkpoint);
   r.erase("pending");
   r["final"]["test_loss"] = test_loss;
   r["final"]["test_accuracy"] = test_accuracy;
   r["final"]["evaluated_by_a_later_job"] = true;
   for (const char* phase : {"evaluation", "total"})
-    r["time_s"][phase] = r["time_s"].value(phase, 0.0) + evaluation_s;
-  replace_file(path, r.dump(2) + "\n");
+    r["time_s"][phase] = (r["time_s"].contains(phase) ? r["time_s"][phase].get<double>() : 0.0) + evaluation_s;
+  try {
+    replace_file(path, r.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    std::filesystem::remove(path + ".tmp", ec);
+    return fmt::format("writing {} failed: {}", path, e.what());
+  }
   std::error_code ec;
   std::filesystem::remove(pending, ec);
   return "";

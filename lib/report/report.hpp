@@ -89,13 +89,14 @@ std::string run_relative(const std::string& checkpoint, const std::string& outpu
 void write_report_json(const std::string& path, const Summary& summary);
 // report.pending.json: written after a run's final save, before its last evaluation, as
 // report.json but with final.test_loss and final.test_accuracy null and a "pending" object naming
-// `checkpoint` (and its size and modification time). A job killed during that evaluation leaves
+// `checkpoint` (and its size and modification time, which identify it). A job killed during that evaluation leaves
 // it; the requeued job, which finds the run trained, evaluates the saved model and completes it:
 // complete_pending_report writes report.json with those figures, final.evaluated_by_a_later_job
 // true and the evaluation's seconds added to time_s.evaluation and time_s.total, and removes
 // `pending`. It returns "" then, or why it did not (not readable, not one trident wrote, or written
 // after another file than `checkpoint`), writing nothing.
-void write_pending_report(const std::string& path, const Summary& summary, const std::string& checkpoint);
+// write_pending_report returns "" or why it could not write the file (nothing left then).
+std::string write_pending_report(const std::string& path, const Summary& summary, const std::string& checkpoint);
 std::string complete_pending_report(const std::string& pending, const std::string& path, const std::string& checkpoint,
                                     double test_loss, double test_accuracy, double evaluation_s);
 // report.json read back (trident report), by the names write_report_json writes, next to it in

@@ -10,6 +10,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/progress.hpp"
+#include "comm/world.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -258,12 +259,15 @@ void count_save(Trainer::State& s, double total_s, const std::string& path) {
 }  // namespace
 
 std::string save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& loss) {
-  comm::FileIoScope io;  // the watchdog's long limit: a file system may stall a save
   commit_background_save(s);
   Stopwatch watch;
-  const std::string path = checkpoint::save(checkpoint_dir(s.deck), meta_of(s, step, loss),
-                                            s.stage.plan->placed_parameters(), state_names_of(s), s.stage.plan->placed_buffers(), live_shard(s, /*on_host=*/true),
-                                            s.conn.world.comm, s.retention);
+  const checkpoint::Shard shard = live_shard(s, /*on_host=*/true);  // (device copies: not file I/O)
+  std::string path;
+  {
+    comm::FileIoScope io;  // the watchdog's long limit: a file system may stall a save
+    path = checkpoint::save(checkpoint_dir(s.deck), meta_of(s, step, loss), s.stage.plan->placed_parameters(),
+                            state_names_of(s), s.stage.plan->placed_buffers(), shard, s.conn.world.comm, s.retention);
+  }
   const double seconds = watch.seconds();
   s.times.checkpoint += seconds;
   count_save(s, seconds, path);
@@ -320,12 +324,12 @@ ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, cons
   return from;
 }
 
-checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step, bool locked,
-                                   std::string& resumed_from) {
-  checkpoint::Retention retention;
-  retention.keep_last = static_cast<int>(deck.checkpoint.keep_last);
-  if (conn.world.rank != 0) return retention;  // rank 0 commits and prunes
-  const std::string dir = checkpoint_dir(deck);
+namespace {
+
+// Rank 0's part of retention_of: "" or why the other run's checkpoints could not be set aside.
+std::string tidy_checkpoints_folder(const std::string& dir, int64_t start_step, bool locked,
+                                    checkpoint::Retention& retention, std::string& resumed_from) {
+  std::string failure;
   // Unguarded (no locks on this file system), an unfinished save may be another live run's.
   // Not the file this run resumes from, were it one of them (--resume naming a .tmp the user salvages).
   const auto unfinished =
@@ -350,13 +354,33 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
       log::info("{} moved back from {}/previous into {}: this run starts from it", aside.brought_back, dir, dir);
       resumed_from = (std::filesystem::path(dir) / aside.brought_back).string();  // where report.json finds it
     }
-    if (!aside.failure.empty()) log::warn("checkpoints in {} of another run: {}", dir, aside.failure);
+    for (const auto& kept : aside.kept_aside)
+      log::warn("{}/{} was in the way of setting checkpoints aside: renamed, left as it is", dir, kept);
+    // Left in place, a requeue before this run's first save (--resume auto) would resume from them.
+    if (!aside.failure.empty())
+      failure = fmt::format("the checkpoints in {} of another run could not be set aside ({}); a requeue of this run "
+                            "would resume from them. Make the folder's files movable and start again",
+                            dir, aside.failure);
   }
   retention.not_this_runs = checkpoint::step_files_after(dir, start_step);
   if (!retention.not_this_runs.empty())
     log::info("checkpoints in {} of later steps than this run's start (step {}), not this run's: {}; left as they are "
               "and not counted by checkpoint.keep_last (a save of the same step replaces one)",
               dir, start_step, fmt::join(retention.not_this_runs, ", "));
+  return failure;
+}
+
+}  // namespace
+
+checkpoint::Retention retention_of(const config::Deck& deck, const Connection& conn, int64_t start_step, bool locked,
+                                   std::string& resumed_from) {
+  checkpoint::Retention retention;
+  retention.keep_last = static_cast<int>(deck.checkpoint.keep_last);
+  std::string failure;
+  if (conn.world.rank == 0)  // rank 0 commits and prunes
+    failure = tidy_checkpoints_folder(checkpoint_dir(deck), start_step, locked, retention, resumed_from);
+  comm::agree_or_throw(conn.world.comm, failure);
+  resumed_from = comm::broadcast(conn.world.comm, resumed_from);  // (moved back from previous/ on rank 0)
   return retention;
 }
 

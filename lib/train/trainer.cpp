@@ -181,6 +181,7 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, boo
     if (begin == end) continue;  // a replica with no sample at all (a test split smaller than dp)
     const auto [loss, right] = pipe.evaluate(end - begin, [&] {
       data::MicroBatch b;
+      comm::FileIoScope io;
       s.stage.test_split->read_range(begin, end, pipe.first() ? &b.inputs : nullptr, pipe.last() ? &b.labels : nullptr);
       return b;
     });
@@ -430,8 +431,11 @@ Result already_trained(Trainer::State& s) {
     files = fmt::format("nothing written to report.json or metrics.jsonl in {} (raise run.max_steps or run.epochs to "
                         "train on from it)",
                         dir);
-  else if (std::filesystem::exists(dir + "/report.json"))
+  else if (std::filesystem::exists(dir + "/report.json")) {
     files = "report.json and metrics.jsonl left as they are";
+    std::error_code ec;  // one a kill left between writing report.json and removing it
+    if (s.conn.world.rank == 0) std::filesystem::remove(pending, ec);
+  }
   else if (s.conn.world.rank != 0 || !std::filesystem::exists(pending))  // stopped after its last save and before
     files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it", dir);
   else if (const std::string why_not = [&] {
@@ -749,8 +753,11 @@ void write_pending_report(Trainer::State& s, RunTotals& run, const std::string& 
   report::Summary summary = summarize_trained_run(s, run, figures, wall);
   summary.watchdog_cpu_s = max_over_ranks(s, s.watchdog->thread_cpu_seconds());  // so far
   s.times = own;
+  if (s.conn.world.rank != 0) return;
   comm::FileIoScope io;
-  if (s.conn.world.rank == 0) report::write_pending_report(pending_report_path(s), summary, checkpoint);
+  if (const std::string why = report::write_pending_report(pending_report_path(s), summary, checkpoint); !why.empty())
+    log::warn("{} not written ({}): a job killed during the last evaluation would leave no report.json",
+              pending_report_path(s), why);
 }
 
 // The end of the run (the trained model is saved already, before the last evaluation): the rest

@@ -136,8 +136,10 @@ grep -q "busy for 10.0 s during start-up" startup_busy.log || fail "startup_busy
 
 # Rank 0 stalled in file I/O (its metrics.jsonl records slowed, as on an NFS server failover)
 # while rank 1 waits in the next collective: not a stuck rank until 20 x run.fail_timeout_s.
-# records_stalled: two 5 s stalls at fail_timeout_s 2: the run trains to the end (it was aborted:
-# "rank 0 made no progress for more than 2 s outside communication"). records_hung: a 60 s stall
+# records_stalled: two 3 s stalls at fail_timeout_s 1, each followed by a step of some 0.25 s
+# (a wider model) before the next collective: the run trains to the end (it was aborted: "rank 0
+# made no progress for more than 1 s outside communication", first for the stall itself, then for
+# the step after it, timed from the last collective before the stall). records_hung: a 60 s stall
 # at fail_timeout_s 1: aborted after 20 s, naming rank 0 and its file I/O.
 stall() {  # CASE FAIL_TIMEOUT_S ENV=VALUE [--set ...]: a 40-step run with that fault injected
   local name=$1 timeout=$2 injected=$3 start=$(date +%s.%N)
@@ -153,9 +155,9 @@ stall() {  # CASE FAIL_TIMEOUT_S ENV=VALUE [--set ...]: a 40-step run with that 
   sleep 0.5
   [ -z "$(pgrep -f "run.name=$marker")" ] || fail "$name: processes left running: $(pgrep -af "run.name=$marker")"
 }
-stall records_stalled 2 TRIDENT_TEST_SLOW_RECORDS_MS=5000
+stall records_stalled 1 TRIDENT_TEST_SLOW_RECORDS_MS=3000 --set model.hidden=4096,4096 --set optim.micro_batch=32
 [ "$rc" = 0 ] || fail "records_stalled: exit code $rc, expected 0: $(grep error records_stalled.log)"
-[ "$(grep -c "a metrics.jsonl record slowed by 5000 ms" records_stalled.log)" = 2 ] || fail "records_stalled: not stalled twice"
+[ "$(grep -c "a metrics.jsonl record slowed by 3000 ms" records_stalled.log)" = 2 ] || fail "records_stalled: not stalled twice"
 stall records_hung 1 TRIDENT_TEST_SLOW_RECORDS_MS=60000
 [ "$rc" = 1 ] || fail "records_hung: exit code $rc, expected 1: $(tail -3 records_hung.log)"
 grep -q "rank 0 on .* has been in file I/O for more than 20 s (20 x run.fail_timeout_s" records_hung.log ||

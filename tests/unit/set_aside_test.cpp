@@ -68,12 +68,16 @@ TEST_F(SetAside, FreshStartsMoveEverythingAndKeepOneStartBack) {
   EXPECT_EQ(names(), (Names{"previous", "previous.old"}));
   EXPECT_EQ(names("previous.old"), (Names{"notes.txt"}));
 
-  // Next time that folder holds other files than trident's: nothing moves, and it says why.
+  // Next time that folder is in the way: renamed with the time, left as it is, and the set moves.
   file("step_0000008.h5");
   auto third = set_aside_other_runs(d(), 0, "");
-  EXPECT_NE(third.failure.find("previous.old holds files trident did not write"), std::string::npos) << third.failure;
-  EXPECT_TRUE(third.moved.empty());
-  EXPECT_TRUE(fs::exists(dir_ / "step_0000008.h5"));
+  EXPECT_EQ(third.failure, "");
+  EXPECT_EQ(third.moved, (Names{"step_0000008.h5"}));
+  EXPECT_EQ(third.replaced, (Names{"step_0000006.h5"}));
+  ASSERT_EQ(third.kept_aside.size(), 1u);
+  EXPECT_EQ(third.kept_aside[0].rfind("previous.old.", 0), 0u) << third.kept_aside[0];
+  EXPECT_EQ(names(third.kept_aside[0]), (Names{"notes.txt"}));
+  EXPECT_EQ(names("previous"), (Names{"step_0000008.h5"}));
 }
 
 // A run resuming from the file latest names continues the folder: only later steps move. One
@@ -96,24 +100,32 @@ TEST_F(SetAside, ContinuingMovesOnlyLaterStepsAndAFileOfPreviousComesBack) {
   EXPECT_EQ(names("previous"), (Names{"latest", "step_0000002.h5", "step_0000004.h5"}));
 }
 
-// Nothing moves when previous is not a folder or when an interrupted start left previous.new;
-// each is said, and every file stays where it was.
-TEST_F(SetAside, NothingMovesWhenTheSwapFoldersAreNotFree) {
+// What is in the way of the swap (a file named previous, the previous.new of an interrupted
+// start) is renamed with the time and left, never removed; the set moves.
+TEST_F(SetAside, WhatIsInTheWayIsRenamedAndLeft) {
   file("step_0000002.h5");
   file("latest", "step_0000002.h5");
   file("previous", "a file of the user's");
-  auto not_folder = set_aside_other_runs(d(), 0, "");
-  EXPECT_NE(not_folder.failure.find("previous is not a folder: move it away; nothing was moved"), std::string::npos)
-      << not_folder.failure;
-  EXPECT_EQ(names(), (Names{"latest", "previous", "step_0000002.h5"}));
-  EXPECT_EQ(text("previous"), "a file of the user's");
-
-  fs::remove(dir_ / "previous");
-  file("previous.new/step_0000001.h5");
-  auto interrupted = set_aside_other_runs(d(), 0, "");
-  EXPECT_NE(interrupted.failure.find("previous.new is there already"), std::string::npos) << interrupted.failure;
-  EXPECT_TRUE(interrupted.moved.empty());
-  EXPECT_EQ(names(), (Names{"latest", "previous.new", "step_0000002.h5"}));
+  file("previous.new/step_0000001.h5", "an interrupted start's");
+  auto aside = set_aside_other_runs(d(), 0, "");
+  EXPECT_EQ(aside.failure, "");
+  EXPECT_EQ(aside.moved, (Names{"step_0000002.h5"}));
+  ASSERT_EQ(aside.kept_aside.size(), 2u);
+  EXPECT_EQ(aside.kept_aside[0].rfind("previous.", 0), 0u);
+  EXPECT_EQ(text(aside.kept_aside[0]), "a file of the user's");
+  EXPECT_EQ(aside.kept_aside[1].rfind("previous.new.", 0), 0u);
+  EXPECT_EQ(names(aside.kept_aside[1]), (Names{"step_0000001.h5"}));
+  EXPECT_EQ(names("previous"), (Names{"latest", "step_0000002.h5"}));
+  EXPECT_EQ(names().size(), 3u);  // previous and the two set aside
+  // A previous.old that is a link to a folder: renamed, and nothing in its target is removed.
+  file("elsewhere/step_0000003.h5");
+  fs::create_directory_symlink(dir_ / "elsewhere", dir_ / "previous.old");
+  file("step_0000004.h5");
+  auto linked = set_aside_other_runs(d(), 0, "");
+  EXPECT_EQ(linked.failure, "");
+  EXPECT_EQ(names("elsewhere"), (Names{"step_0000003.h5"}));
+  ASSERT_EQ(linked.kept_aside.size(), 1u);
+  EXPECT_EQ(linked.kept_aside[0].rfind("previous.old.", 0), 0u);
 }
 
 // Unfinished saves are listed (without the lock) or removed (with it), but the file a run resumes from.
