@@ -31,7 +31,10 @@ int64_t monotonic_ns();
 // Records an operation that completed without blocking (a test() that found it done).
 void note_completed(Op op);
 
-// The main thread is inside a blocking communication operation for the scope's lifetime.
+// The main thread is inside a blocking communication operation for the scope's lifetime. One
+// inside another (a helper that tracks its own collective, called within a tracked operation)
+// leaves the outer one as it is: clearing it at its end would show the rest of the outer wait as
+// computing.
 class OpScope {
  public:
   explicit OpScope(Op op);
@@ -41,6 +44,7 @@ class OpScope {
 
  private:
   Op op_;
+  bool nested_ = false;
 };
 
 // The main thread reads or writes files for the scope's lifetime (rank 0's records, a checkpoint,

@@ -54,11 +54,14 @@ void note_completed(Op op) {
 // weakly ordered CPU, aarch64, could read as blocked or computing for longer than the timeout).
 OpScope::OpScope(Op op) : op_(op) {
   auto& p = progress();
+  nested_ = p.current_op.load(std::memory_order_relaxed) != 0;  // (only the main thread stores it)
+  if (nested_) return;
   p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
   p.current_op.store(static_cast<int32_t>(op), std::memory_order_release);
 }
 
 OpScope::~OpScope() {
+  if (nested_) return;
   note_completed(op_);  // since_ns first: "computing since" is never read with the operation's start
   progress().current_op.store(0, std::memory_order_release);
 }
