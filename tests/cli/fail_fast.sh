@@ -112,13 +112,14 @@ grep -q "trident: fault: rank 0 on .*: a fault at step 40 (TRIDENT_TEST_FAULT)" 
 ls runs/faulted_alone/checkpoints/step_0000040.h5.tmp >/dev/null || fail "faulted_alone: the abandoned save's file is gone"
 [ ! -e runs/faulted_alone/checkpoints/step_0000040.h5 ] || fail "faulted_alone: the abandoned save was committed"
 
-# start_up CASE STARTUP_SPEC STEPS: a run of STEPS steps with TRIDENT_TEST_STARTUP; sets rc and seconds.
-start_up() {
-  local name=$1 spec=$2 steps=$3
-  local start=$(date +%s.%N)
+# run_to_end CASE ENV=VALUE [--set ...]: a run (at most 120 s) with that fault injected and those
+# deck settings; sets rc and seconds, and checks that nothing is left running.
+run_to_end() {
+  local name=$1 injected=$2 start=$(date +%s.%N)
+  shift 2
   set +e
-  TRIDENT_TEST_STARTUP=$spec timeout 60 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
-    --set "run.max_steps=$steps" --set "run.output_dir=runs/$name" --set "run.name=$marker" >"$name.log" 2>&1
+  env "$injected" timeout 120 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
+    --set "run.output_dir=runs/$name" --set "run.name=$marker" "$@" >"$name.log" 2>&1
   rc=$?
   set -e
   seconds=$(echo "$(date +%s.%N) - $start" | bc)
@@ -126,11 +127,11 @@ start_up() {
   sleep 0.5
   [ -z "$(pgrep -f "run.name=$marker")" ] || fail "$name: processes left running: $(pgrep -af "run.name=$marker")"
 }
-start_up startup_stopped 1:stop 20
+run_to_end startup_stopped TRIDENT_TEST_STARTUP=1:stop --set run.max_steps=20
 [ "$rc" = 1 ] || fail "startup_stopped: exit code $rc, expected 1 (124: the job hung): $(tail -3 startup_stopped.log)"
 grep -q "rank 1 on .* stopped responding: no heartbeat for [5-9]\.[0-9] s" startup_stopped.log \
   || fail "startup_stopped: no message naming rank 1: $(grep error startup_stopped.log)"
-start_up startup_busy 1:busy=$((2 * timeout_s)) 20
+run_to_end startup_busy TRIDENT_TEST_STARTUP=1:busy=$((2 * timeout_s)) --set run.max_steps=20
 [ "$rc" = 0 ] || fail "startup_busy: exit code $rc, expected 0 (a busy start-up is not a stuck rank): $(grep error startup_busy.log)"
 grep -q "busy for 10.0 s during start-up" startup_busy.log || fail "startup_busy: the start-up was not held up"
 
@@ -142,18 +143,9 @@ grep -q "busy for 10.0 s during start-up" startup_busy.log || fail "startup_busy
 # the step after it, timed from the last collective before the stall). records_hung: a 60 s stall
 # at fail_timeout_s 1: aborted after 20 s, naming rank 0 and its file I/O.
 stall() {  # CASE FAIL_TIMEOUT_S ENV=VALUE [--set ...]: a 40-step run with that fault injected
-  local name=$1 timeout=$2 injected=$3 start=$(date +%s.%N)
+  local name=$1 timeout=$2 injected=$3
   shift 3
-  set +e
-  env "$injected" timeout 120 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
-    --set run.max_steps=40 --set run.log_every=20 --set "run.fail_timeout_s=$timeout" --set "run.output_dir=runs/$name" \
-    --set "run.name=$marker" "$@" >"$name.log" 2>&1
-  rc=$?
-  set -e
-  seconds=$(echo "$(date +%s.%N) - $start" | bc)
-  echo "$name: exit code $rc after $seconds s"
-  sleep 0.5
-  [ -z "$(pgrep -f "run.name=$marker")" ] || fail "$name: processes left running: $(pgrep -af "run.name=$marker")"
+  run_to_end "$name" "$injected" --set run.max_steps=40 --set run.log_every=20 --set "run.fail_timeout_s=$timeout" "$@"
 }
 stall records_stalled 1 TRIDENT_TEST_SLOW_RECORDS_MS=3000 --set model.hidden=4096,4096 --set optim.micro_batch=32
 [ "$rc" = 0 ] || fail "records_stalled: exit code $rc, expected 0: $(grep error records_stalled.log)"
