@@ -162,10 +162,11 @@ bool is_step_file_name(const std::string& name) {
 // `dir` is not a folder.
 std::vector<std::string> step_files_in(const std::string& dir) {
   std::vector<std::string> names;
-  if (!fs::is_directory(dir)) return names;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const auto name = entry.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".h5") names.push_back(name);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = it->path().filename().string();
+    if (name.rfind("step_", 0) == 0 && it->path().extension() == ".h5") names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -245,8 +246,6 @@ std::vector<std::string> step_files_after(const std::string& dir, int64_t step) 
 
 namespace {
 
-// A retired set of set-aside checkpoints: its step files and `latest` removed (their names added to
-// `removed`), then the folder, when nothing else is in it (what a user put there stays).
 // `p` with a suffix of the UTC time (and a count, were that taken): a name nothing has.
 fs::path unused_name(const fs::path& p) {
   char when[32] = {0};
@@ -260,8 +259,12 @@ fs::path unused_name(const fs::path& p) {
   return name;
 }
 
+// A retired set of set-aside checkpoints: its step files and `latest` removed (their names added to
+// `removed`), then the folder, when nothing else is in it (what a user put there stays). Only a
+// folder of its own: nothing is removed through a link.
 void retire(const fs::path& old, std::vector<std::string>& removed) {
   std::error_code ec;
+  if (fs::symlink_status(old, ec).type() != fs::file_type::directory) return;
   for (const auto& name : step_files_in(old.string()))
     if (fs::remove(old / name, ec)) removed.push_back(name);
   fs::remove(old / "latest", ec);
@@ -287,47 +290,64 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
     if (!same(folder / name)) others.push_back(name);
   if (others.empty()) return result;
   // Before anything moves, the names of the swap below are made free: what is there is renamed
-  // and left, never removed (a user's file named previous, the set of a start interrupted while it
-  // set checkpoints aside, a user's files in a retired set). A set two starts back that holds
-  // only trident's files goes, as it would have.
+  // and left, never removed (a user's file or link named previous, the set of a start interrupted
+  // while it set checkpoints aside, a user's files in a retired set). A set two starts back that
+  // holds only trident's files goes, as it would have.
+  const auto real_folder = [&](const fs::path& p) { return fs::symlink_status(p, ec).type() == fs::file_type::directory; };
   const auto out_of_the_way = [&](const fs::path& p) {
     const fs::path aside = unused_name(p);
     fs::rename(p, aside, ec);
-    if (ec)
+    if (ec) {
       result.failure = fmt::format("renaming {} (in the way) to {} failed ({}); nothing was moved", p.string(),
                                    aside.string(), ec.message());
-    else
-      result.kept_aside.push_back(aside.filename().string());
-    return !ec;
+      return fs::path();
+    }
+    result.kept_aside.push_back(aside.filename().string());
+    return aside;
   };
-  if (fs::exists(fs::symlink_status(previous, ec)) && !fs::is_directory(previous, ec) && !out_of_the_way(previous))
+  // A file of previous/ this run resumes from comes back into the folder: it is the run's start,
+  // which a requeue before the first save resumes from again (--resume auto:PATH finds it here).
+  fs::path keep_at = keep;
+  const bool keep_in_previous = !keep.empty() && fs::equivalent(fs::path(keep).parent_path(), previous, ec);
+  if (fs::exists(fs::symlink_status(previous, ec)) && !real_folder(previous)) {
+    const fs::path aside = out_of_the_way(previous);
+    if (aside.empty()) return result;
+    if (keep_in_previous) keep_at = aside / fs::path(keep).filename();  // (through the link, renamed)
+  }
+  if (fs::exists(fs::symlink_status(staging, ec)) && out_of_the_way(staging).empty()) return result;
+  retire(old, result.replaced);
+  if (fs::exists(fs::symlink_status(old, ec)) && out_of_the_way(old).empty()) return result;
+  // Staged, so that nothing of the earlier set is removed unless every file moved; a move that
+  // fails puts back what moved.
+  std::error_code undo_ec;
+  const bool latest_moves = std::find(others.begin(), others.end(), latest) != others.end();
+  const auto undo = [&](const std::string& why) {
+    for (const auto& name : result.moved) fs::rename(staging / name, folder / name, undo_ec);
+    if (latest_moves) fs::rename(staging / "latest", folder / "latest", undo_ec);
+    fs::remove(staging, undo_ec);
+    result.moved.clear();
+    result.failure = why + "; nothing was moved";
     return result;
-  if (fs::exists(fs::symlink_status(staging, ec)) && !out_of_the_way(staging)) return result;
-  if (fs::symlink_status(old, ec).type() == fs::file_type::directory) retire(old, result.replaced);
-  if (fs::exists(fs::symlink_status(old, ec)) && !out_of_the_way(old)) return result;
-  // Staged, so that nothing of the earlier set is removed unless every file moved.
+  };
   fs::create_directories(staging, ec);
   for (const auto& name : others) {
     fs::rename(folder / name, staging / name, ec);
-    if (ec) {
-      result.failure = fmt::format("moving {} into {} failed ({}); what moved stays there", name, staging.string(),
-                                   ec.message());
-      return result;
-    }
+    if (ec) return undo(fmt::format("moving {} into {} failed ({})", name, staging.string(), ec.message()));
     result.moved.push_back(name);
   }
-  if (std::find(others.begin(), others.end(), latest) != others.end()) fs::rename(folder / "latest", staging / "latest", ec);
-  // A file of previous/ this run resumes from comes back into the folder: it is the run's start,
-  // which a requeue before the first save resumes from again (--resume auto:PATH finds it here).
-  if (!keep.empty() && fs::equivalent(fs::path(keep).parent_path(), previous, ec)) {
-    fs::rename(keep, folder / fs::path(keep).filename(), ec);
-    if (!ec) result.brought_back = fs::path(keep).filename().string();
+  if (latest_moves) fs::rename(folder / "latest", staging / "latest", ec);
+  if (keep_in_previous) {  // after the others moved: a file of its name among them is not replaced
+    fs::rename(keep_at, folder / fs::path(keep).filename(), ec);
+    if (ec) return undo(fmt::format("moving {} back into {} failed ({})", keep_at.string(), dir, ec.message()));
+    result.brought_back = fs::path(keep).filename().string();
   }
-  // previous/ -> previous.old, previous.new -> previous, then the old set removed.
+  // previous/ -> previous.old, previous.new -> previous, then the old set removed. Every file has
+  // left the folder by now: a failure here only leaves them in previous.new, which is said.
   if (fs::exists(previous, ec)) fs::rename(previous, old, ec);
-  fs::rename(staging, previous, ec);
+  if (!ec) fs::rename(staging, previous, ec);
   if (ec) {
-    result.failure = fmt::format("renaming {} to {} failed ({})", staging.string(), previous.string(), ec.message());
+    result.note = fmt::format("the set-aside checkpoints stay in {}: the swap with {} failed ({})", staging.string(),
+                              previous.string(), ec.message());
     return result;
   }
   retire(old, result.replaced);

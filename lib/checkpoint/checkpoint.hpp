@@ -78,13 +78,15 @@ std::vector<std::string> step_files_after(const std::string& dir, int64_t step);
 // (one start back is kept; files a user put there stay). A file of previous/ the run resumes from
 // (`keep`) comes back into `dir`. What is in the way is renamed NAME.<UTC time> and left: a
 // `previous` that is not a folder, a previous.new an interrupted start left, a previous.old (a set
-// two starts back) holding other files than trident's or not a folder. `failure`: a rename failed.
+// two starts back) holding other files than trident's or not a folder. `failure`: a rename failed
+// before every file had moved (what moved is put back).
 // Rank 0, holding the folder's lock.
 struct SetAside {
   std::vector<std::string> moved;     // names now in `dir`/previous
   std::vector<std::string> replaced;  // names of the earlier set, removed
   std::string brought_back;           // `keep`'s name, moved from previous/ into `dir`
   std::vector<std::string> kept_aside;  // what was in the way, renamed NAME.<UTC time> (in `dir`)
+  std::string note;                     // every file moved, but the swap into previous/ failed: why
   std::string failure;                // why not all moved ("" when all did); nothing removed then
 };
 SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::string& keep);

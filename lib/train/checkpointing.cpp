@@ -276,15 +276,16 @@ std::string save_checkpoint(Trainer::State& s, int64_t step, const EpochLoss& lo
 }
 
 void start_background_save(Trainer::State& s, int64_t step, const EpochLoss& loss) {
-  comm::FileIoScope io;
   if (s.background_save && !s.background_save->written())
     log::info("checkpoint: the save of step {} is still being written; the save of step {} waits for it",
               s.background_save->step(), step);
   commit_background_save(s);
   Stopwatch watch;
+  checkpoint::Shard shard = live_shard(s, /*on_host=*/false);
+  comm::FileIoScope io;  // the save's layout and its file's creation (rank 0) with the others waiting
   s.background_save = std::make_unique<checkpoint::BackgroundSave>(
-      checkpoint_dir(s.deck), meta_of(s, step, loss), s.stage.plan->placed_parameters(), state_names_of(s), s.stage.plan->placed_buffers(),
-      live_shard(s, /*on_host=*/false), s.snapshot, s.conn.world.comm, s.retention);
+      checkpoint_dir(s.deck), meta_of(s, step, loss), s.stage.plan->placed_parameters(), state_names_of(s),
+      s.stage.plan->placed_buffers(), std::move(shard), s.snapshot, s.conn.world.comm, s.retention);
   s.background_start_s = watch.seconds();
   s.background_copy_wait_s = 0;
   s.times.checkpoint += s.background_start_s;
@@ -354,6 +355,7 @@ std::string tidy_checkpoints_folder(const std::string& dir, int64_t start_step, 
       log::info("{} moved back from {}/previous into {}: this run starts from it", aside.brought_back, dir, dir);
       resumed_from = (std::filesystem::path(dir) / aside.brought_back).string();  // where report.json finds it
     }
+    if (!aside.note.empty()) log::warn("checkpoints in {} of another run: {}", dir, aside.note);
     for (const auto& kept : aside.kept_aside)
       log::warn("{}/{} was in the way of setting checkpoints aside: renamed, left as it is", dir, kept);
     // Left in place, a requeue before this run's first save (--resume auto) would resume from them.
@@ -377,8 +379,13 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
   checkpoint::Retention retention;
   retention.keep_last = static_cast<int>(deck.checkpoint.keep_last);
   std::string failure;
-  if (conn.world.rank == 0)  // rank 0 commits and prunes
-    failure = tidy_checkpoints_folder(checkpoint_dir(deck), start_step, locked, retention, resumed_from);
+  if (conn.world.rank == 0) {  // rank 0 commits and prunes
+    try {
+      failure = tidy_checkpoints_folder(checkpoint_dir(deck), start_step, locked, retention, resumed_from);
+    } catch (const std::exception& e) {  // (a folder it cannot list): said on every rank, not rank 0's fault alone
+      failure = fmt::format("{}: {}", checkpoint_dir(deck), e.what());
+    }
+  }
   comm::agree_or_throw(conn.world.comm, failure);
   resumed_from = comm::broadcast(conn.world.comm, resumed_from);  // (moved back from previous/ on rank 0)
   return retention;

@@ -303,6 +303,9 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     s.startup_peak_bytes = report::peak_rss_bytes();
     s.restored = restore(s.deck, s.conn, s.stage, from);
     s.restored.new_run = resume == "never";
+    // (It can refuse the run: the other run's checkpoints that it cannot set aside.)
+    s.retention = retention_of(s.deck, s.conn, s.restored.start_step, s.run_folder && s.run_folder->locked(),
+                               s.restored.resumed_from);
     if (s.conn.world.rank == 0) {  // said once nothing more can refuse the run: bad input is its one message
       if (!from.note.empty()) log::info("{}", from.note);
       if (!s.restored.deck_changes.empty()) log::info("{}", s.restored.deck_changes);
@@ -313,8 +316,6 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
         std::filesystem::remove(pending_report_path(s), ec);
       }
     }
-    s.retention = retention_of(s.deck, s.conn, s.restored.start_step, s.run_folder && s.run_folder->locked(),
-                               s.restored.resumed_from);
   } catch (const BadInput&) {
     if (s.run_folder) s.run_folder->abandon();  // bad input writes nothing: not even the folder
     // Bad input is agreed, so every rank is here: the watchdog stops collectively (no heartbeat
@@ -425,31 +426,39 @@ Result already_trained(Trainer::State& s) {
   const std::string& dir = s.deck.run.output_dir;
   // Its own folder's checkpoint as report.json's resumed_from judges it.
   const bool own_checkpoint = report::run_relative(s.restored.resumed_from, dir).rfind("checkpoints/", 0) == 0;
-  const std::string pending = pending_report_path(s);
+  const std::string pending = pending_report_path(s), report = dir + "/report.json";
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool has_report = fs::exists(report, ec);
+  // A pending report newer than report.json is a later end's (report.json of an earlier end stays
+  // when it could not be moved aside): that is the one to complete. An older one is a kill's
+  // between writing report.json and removing it.
+  const bool pending_is_current = s.conn.world.rank == 0 && fs::exists(pending, ec) &&
+                                  (!has_report || fs::last_write_time(pending, ec) > fs::last_write_time(report, ec));
   std::string files;
-  if (!own_checkpoint)
+  if (!own_checkpoint) {
     files = fmt::format("nothing written to report.json or metrics.jsonl in {} (raise run.max_steps or run.epochs to "
                         "train on from it)",
                         dir);
-  else if (std::filesystem::exists(dir + "/report.json")) {
+  } else if (pending_is_current) {
+    comm::FileIoScope io;
+    const std::string why_not =
+        report::complete_pending_report(pending, report, s.restored.resumed_from, done.loss, done.accuracy, evaluation_s);
+    if (why_not.empty())
+      files = fmt::format("the run ended during its last evaluation: {} written from report.pending.json with this "
+                          "evaluation's test figures",
+                          report);
+    else if (has_report)
+      files = fmt::format("report.json and metrics.jsonl left as they are ({})", why_not);
+    else
+      files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it ({})",
+                          dir, why_not);
+  } else if (has_report) {
     files = "report.json and metrics.jsonl left as they are";
-    std::error_code ec;  // one a kill left between writing report.json and removing it
-    if (s.conn.world.rank == 0) std::filesystem::remove(pending, ec);
-  }
-  else if (s.conn.world.rank != 0 || !std::filesystem::exists(pending))  // stopped after its last save and before
+    if (s.conn.world.rank == 0) fs::remove(pending, ec);
+  } else {  // stopped after its last save and before its report (a kill, a node failure)
     files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it", dir);
-  else if (const std::string why_not = [&] {
-             comm::FileIoScope io;
-             return report::complete_pending_report(pending, dir + "/report.json", s.restored.resumed_from, done.loss,
-                                                    done.accuracy, evaluation_s);
-           }();
-           why_not.empty())
-    files = fmt::format("the run ended during its last evaluation: {}/report.json written from report.pending.json "
-                        "with this evaluation's test figures",
-                        dir);
-  else
-    files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it ({})",
-                        dir, why_not);
+  }
   log::info("nothing to train: {} is at step {} of {}; {} | test loss {:.4f} | test accuracy {:.2f}%",
             s.restored.resumed_from, s.restored.start_step, s.stage.total_steps, files, done.loss, 100.0 * done.accuracy);
   s.watchdog->stop();

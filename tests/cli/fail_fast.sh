@@ -112,13 +112,13 @@ grep -q "trident: fault: rank 0 on .*: a fault at step 40 (TRIDENT_TEST_FAULT)" 
 ls runs/faulted_alone/checkpoints/step_0000040.h5.tmp >/dev/null || fail "faulted_alone: the abandoned save's file is gone"
 [ ! -e runs/faulted_alone/checkpoints/step_0000040.h5 ] || fail "faulted_alone: the abandoned save was committed"
 
-# run_to_end CASE ENV=VALUE [--set ...]: a run (at most 120 s) with that fault injected and those
-# deck settings; sets rc and seconds, and checks that nothing is left running.
+# run_to_end CASE LIMIT_S ENV=VALUE [--set ...]: a run (killed after LIMIT_S: exit 124) with that
+# fault injected and those deck settings; sets rc and seconds, and checks that nothing is left running.
 run_to_end() {
-  local name=$1 injected=$2 start=$(date +%s.%N)
-  shift 2
+  local name=$1 limit=$2 injected=$3 start=$(date +%s.%N)
+  shift 3
   set +e
-  env "$injected" timeout 120 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
+  env "$injected" timeout "$limit" "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
     --set "run.output_dir=runs/$name" --set "run.name=$marker" "$@" >"$name.log" 2>&1
   rc=$?
   set -e
@@ -127,11 +127,11 @@ run_to_end() {
   sleep 0.5
   [ -z "$(pgrep -f "run.name=$marker")" ] || fail "$name: processes left running: $(pgrep -af "run.name=$marker")"
 }
-run_to_end startup_stopped TRIDENT_TEST_STARTUP=1:stop --set run.max_steps=20
+run_to_end startup_stopped 60 TRIDENT_TEST_STARTUP=1:stop --set run.max_steps=20
 [ "$rc" = 1 ] || fail "startup_stopped: exit code $rc, expected 1 (124: the job hung): $(tail -3 startup_stopped.log)"
 grep -q "rank 1 on .* stopped responding: no heartbeat for [5-9]\.[0-9] s" startup_stopped.log \
   || fail "startup_stopped: no message naming rank 1: $(grep error startup_stopped.log)"
-run_to_end startup_busy TRIDENT_TEST_STARTUP=1:busy=$((2 * timeout_s)) --set run.max_steps=20
+run_to_end startup_busy 60 TRIDENT_TEST_STARTUP=1:busy=$((2 * timeout_s)) --set run.max_steps=20
 [ "$rc" = 0 ] || fail "startup_busy: exit code $rc, expected 0 (a busy start-up is not a stuck rank): $(grep error startup_busy.log)"
 grep -q "busy for 10.0 s during start-up" startup_busy.log || fail "startup_busy: the start-up was not held up"
 
@@ -145,7 +145,7 @@ grep -q "busy for 10.0 s during start-up" startup_busy.log || fail "startup_busy
 stall() {  # CASE FAIL_TIMEOUT_S ENV=VALUE [--set ...]: a 40-step run with that fault injected
   local name=$1 timeout=$2 injected=$3
   shift 3
-  run_to_end "$name" "$injected" --set run.max_steps=40 --set run.log_every=20 --set "run.fail_timeout_s=$timeout" "$@"
+  run_to_end "$name" 120 "$injected" --set run.max_steps=40 --set run.log_every=20 --set "run.fail_timeout_s=$timeout" "$@"
 }
 stall records_stalled 1 TRIDENT_TEST_SLOW_RECORDS_MS=3000 --set model.hidden=4096,4096 --set optim.micro_batch=32
 [ "$rc" = 0 ] || fail "records_stalled: exit code $rc, expected 0: $(grep error records_stalled.log)"

@@ -128,6 +128,25 @@ TEST_F(SetAside, WhatIsInTheWayIsRenamedAndLeft) {
   EXPECT_EQ(linked.kept_aside[0].rfind("previous.old.", 0), 0u);
 }
 
+// A previous that is a link to a folder elsewhere (an archive) is renamed and left: nothing in its
+// target is removed; a file of it the run resumes from comes back through the renamed link.
+TEST_F(SetAside, APreviousLinkIsRenamedAndItsTargetKept) {
+  file("archive/step_0000002.h5", "archived");
+  file("archive/step_0000004.h5", "archived, resumed from");
+  fs::create_directory_symlink(dir_ / "archive", dir_ / "previous");
+  file("step_0000006.h5");
+  auto aside = set_aside_other_runs(d(), 4, d() + "/previous/step_0000004.h5");
+  EXPECT_EQ(aside.failure, "");
+  EXPECT_EQ(aside.moved, (Names{"step_0000006.h5"}));
+  EXPECT_EQ(aside.brought_back, "step_0000004.h5");
+  EXPECT_TRUE(aside.replaced.empty());
+  EXPECT_EQ(names("archive"), (Names{"step_0000002.h5"}));
+  EXPECT_EQ(text("step_0000004.h5"), "archived, resumed from");
+  EXPECT_EQ(names("previous"), (Names{"step_0000006.h5"}));
+  ASSERT_EQ(aside.kept_aside.size(), 1u);
+  EXPECT_TRUE(fs::is_symlink(dir_ / aside.kept_aside[0]));
+}
+
 // Unfinished saves are listed (without the lock) or removed (with it), but the file a run resumes from.
 TEST_F(SetAside, UnfinishedSavesAreListedOrRemovedButTheOneResumedFrom) {
   file("step_0000002.h5.tmp");
