@@ -259,12 +259,18 @@ fs::path unused_name(const fs::path& p) {
   return name;
 }
 
+// A folder itself, not a link to one (nor a file).
+bool own_folder(const fs::path& p) {
+  std::error_code ec;
+  return fs::symlink_status(p, ec).type() == fs::file_type::directory;
+}
+
 // A retired set of set-aside checkpoints: its step files and `latest` removed (their names added to
 // `removed`), then the folder, when nothing else is in it (what a user put there stays). Only a
 // folder of its own: nothing is removed through a link.
 void retire(const fs::path& old, std::vector<std::string>& removed) {
+  if (!own_folder(old)) return;
   std::error_code ec;
-  if (fs::symlink_status(old, ec).type() != fs::file_type::directory) return;
   for (const auto& name : step_files_in(old.string()))
     if (fs::remove(old / name, ec)) removed.push_back(name);
   fs::remove(old / "latest", ec);
@@ -293,7 +299,6 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   // and left, never removed (a user's file or link named previous, the set of a start interrupted
   // while it set checkpoints aside, a user's files in a retired set). A set two starts back that
   // holds only trident's files goes, as it would have.
-  const auto real_folder = [&](const fs::path& p) { return fs::symlink_status(p, ec).type() == fs::file_type::directory; };
   const auto out_of_the_way = [&](const fs::path& p) {
     const fs::path aside = unused_name(p);
     fs::rename(p, aside, ec);
@@ -309,7 +314,7 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   // which a requeue before the first save resumes from again (--resume auto:PATH finds it here).
   fs::path keep_at = keep;
   const bool keep_in_previous = !keep.empty() && fs::equivalent(fs::path(keep).parent_path(), previous, ec);
-  if (fs::exists(fs::symlink_status(previous, ec)) && !real_folder(previous)) {
+  if (fs::exists(fs::symlink_status(previous, ec)) && !own_folder(previous)) {
     const fs::path aside = out_of_the_way(previous);
     if (aside.empty()) return result;
     if (keep_in_previous) keep_at = aside / fs::path(keep).filename();  // (through the link, renamed)

@@ -147,15 +147,14 @@ std::string unusable_entry(const std::string& dir) {
 }  // namespace
 
 std::string owner_description() {
-  const char* job = std::getenv("SLURM_JOB_ID");
+  const JobLifetime job = this_job();
   const std::time_t now = std::time(nullptr);
   char when[32] = {0};
   std::tm utc{};
   gmtime_r(&now, &utc);
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  const long restart = this_job().restart;
-  return fmt::format("job {}{}, host {}, pid {}, started {}", job ? job : "(none: not under SLURM)",
-                     job && restart > 0 ? fmt::format(" (restart {})", restart) : "", host_name(),
+  return fmt::format("job {}{}, host {}, pid {}, started {}", job.id.empty() ? "(none: not under SLURM)" : job.id,
+                     !job.id.empty() && job.restart > 0 ? fmt::format(" (restart {})", job.restart) : "", host_name(),
                      static_cast<long>(getpid()), when);
 }
 

@@ -116,22 +116,16 @@ struct Evaluation {
   double longest_unchecked_s = 0;  // the longest stretch between its checks for a signal
 };
 
-// Fault injection for the tests: TRIDENT_TEST_SLOW_EVALUATION_MS=N makes each chunk of an
-// evaluation take N ms more (an evaluation long enough for a signal to come during it), and says
-// so, for the test to signal once an evaluation is under way rather than after a guessed delay.
-void slow_evaluation_if_asked() {
-  static const char* slow = std::getenv("TRIDENT_TEST_SLOW_EVALUATION_MS");
+// Fault injection for the tests: when `variable` is set to N, `what` takes N ms more, and says so
+// (for the test to act once it is under way rather than after a guessed delay).
+//   TRIDENT_TEST_SLOW_EVALUATION_MS: each chunk of an evaluation (one long enough for a signal to
+//     come during it);
+//   TRIDENT_TEST_SLOW_RECORDS_MS: each metrics.jsonl record (rank 0 stalled in its records' I/O,
+//     as on an NFS server failover).
+void slow_down_if_asked(const char* variable, const char* what) {
+  const char* slow = std::getenv(variable);
   if (!slow) return;
-  std::fprintf(stderr, "trident: test: an evaluation chunk slowed by %s ms (TRIDENT_TEST_SLOW_EVALUATION_MS)\n", slow);
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(slow)));
-}
-
-// TRIDENT_TEST_SLOW_RECORDS_MS=N: each metrics.jsonl record takes N ms more to write (rank 0
-// stalled in its records' I/O, as on an NFS server failover), and says so.
-void slow_records_if_asked() {
-  static const char* slow = std::getenv("TRIDENT_TEST_SLOW_RECORDS_MS");
-  if (!slow) return;
-  std::fprintf(stderr, "trident: test: a metrics.jsonl record slowed by %s ms (TRIDENT_TEST_SLOW_RECORDS_MS)\n", slow);
+  std::fprintf(stderr, "trident: test: %s slowed by %s ms (%s)\n", what, slow, variable);
   std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(slow)));
 }
 
@@ -176,7 +170,7 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, boo
       since_check.reset();
       if (stopped) break;
     }
-    slow_evaluation_if_asked();
+    slow_down_if_asked("TRIDENT_TEST_SLOW_EVALUATION_MS", "an evaluation chunk");
     const int64_t begin = share.begin + size * c / chunks, end = share.begin + size * (c + 1) / chunks;
     if (begin == end) continue;  // a replica with no sample at all (a test split smaller than dp)
     const auto [loss, right] = pipe.evaluate(end - begin, [&] {
@@ -537,7 +531,7 @@ class ProgressLog {
         record.skipped_steps = s.stage.scaler->skipped_steps();
       }
       comm::FileIoScope io;  // the watchdog's long limit: a file system may stall it
-      slow_records_if_asked();
+      slow_down_if_asked("TRIDENT_TEST_SLOW_RECORDS_MS", "a metrics.jsonl record");
       metrics_->write(record);
     }
     result_.logged_losses.emplace_back(steps_done, loss);

@@ -389,7 +389,7 @@ TEST_F(StudyReport, PendingReportIsCompletedOnlyWithItsCheckpoint) {
   const std::string checkpoint = (dir_ / "step_0000040.h5").string(), pending = (dir_ / "report.pending.json").string(),
                     report = (dir_ / "report.json").string();
   std::ofstream(checkpoint) << "the final checkpoint";
-  write_pending_report(pending, s, checkpoint);
+  ASSERT_EQ(write_pending_report(pending, s, checkpoint), "");
 
   std::ofstream(checkpoint, std::ios::app) << " and more";  // another file by that name
   const std::string refused = complete_pending_report(pending, report, checkpoint, 0.25, 0.75, 2.0);
@@ -398,7 +398,7 @@ TEST_F(StudyReport, PendingReportIsCompletedOnlyWithItsCheckpoint) {
   EXPECT_TRUE(fs::exists(pending));
 
   std::ofstream(checkpoint) << "the final checkpoint";
-  write_pending_report(pending, s, checkpoint);
+  ASSERT_EQ(write_pending_report(pending, s, checkpoint), "");
   ASSERT_EQ(complete_pending_report(pending, report, checkpoint, 0.25, 0.75, 2.0), "");
   EXPECT_FALSE(fs::exists(pending));
   const Summary r = read_report_json(report).summary;
