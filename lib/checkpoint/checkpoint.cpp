@@ -296,19 +296,40 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
     if (!same(folder / name)) others.push_back(name);
   if (others.empty()) return result;
   // Before anything moves, the names of the swap below are made free: what is there is renamed
-  // and left, never removed (a user's file or link named previous, the set of a start interrupted
-  // while it set checkpoints aside, a user's files in a retired set). A set two starts back that
-  // holds only trident's files goes, as it would have.
+  // and left (a user's file or link named previous, the set of a start interrupted while it set
+  // checkpoints aside, a set two starts back). Nothing is removed until every file has moved: a
+  // failure puts back what moved and what was renamed, so that a refused start changes nothing.
+  std::vector<std::pair<fs::path, fs::path>> renamed;  // (from, to), for the undo
   const auto out_of_the_way = [&](const fs::path& p) {
     const fs::path aside = unused_name(p);
     fs::rename(p, aside, ec);
     if (ec) {
-      result.failure = fmt::format("renaming {} (in the way) to {} failed ({}); nothing was moved", p.string(),
-                                   aside.string(), ec.message());
+      result.failure = fmt::format("renaming {} (in the way) to {} failed ({})", p.string(), aside.string(),
+                                   ec.message());
       return fs::path();
     }
+    renamed.emplace_back(p, aside);
     result.kept_aside.push_back(aside.filename().string());
     return aside;
+  };
+  std::error_code undo_ec;
+  const bool latest_moves = std::find(others.begin(), others.end(), latest) != others.end();
+  bool latest_moved = false;
+  const auto undo = [&](const std::string& why) {
+    std::string unmoved;  // what could not be put back
+    const auto put_back = [&](const fs::path& from, const fs::path& to) {
+      fs::rename(from, to, undo_ec);
+      if (undo_ec) unmoved += fmt::format("{}{} ({})", unmoved.empty() ? "" : ", ", from.string(), undo_ec.message());
+    };
+    for (const auto& name : result.moved) put_back(staging / name, folder / name);
+    if (latest_moved) put_back(staging / "latest", folder / "latest");
+    fs::remove(staging, undo_ec);  // (only when empty)
+    for (auto it = renamed.rbegin(); it != renamed.rend(); ++it) put_back(it->second, it->first);
+    result.moved.clear();
+    result.kept_aside.clear();
+    result.failure = unmoved.empty() ? why + "; nothing was moved"
+                                     : fmt::format("{}; putting back what had moved failed too, for {}", why, unmoved);
+    return result;
   };
   // A file of previous/ this run resumes from comes back into the folder: it is the run's start,
   // which a requeue before the first save resumes from again (--resume auto:PATH finds it here).
@@ -316,37 +337,31 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   const bool keep_in_previous = !keep.empty() && fs::equivalent(fs::path(keep).parent_path(), previous, ec);
   if (fs::exists(fs::symlink_status(previous, ec)) && !own_folder(previous)) {
     const fs::path aside = out_of_the_way(previous);
-    if (aside.empty()) return result;
+    if (aside.empty()) return undo(result.failure);
     if (keep_in_previous) keep_at = aside / fs::path(keep).filename();  // (through the link, renamed)
   }
-  if (fs::exists(fs::symlink_status(staging, ec)) && out_of_the_way(staging).empty()) return result;
-  retire(old, result.replaced);
-  if (fs::exists(fs::symlink_status(old, ec)) && out_of_the_way(old).empty()) return result;
-  // Staged, so that nothing of the earlier set is removed unless every file moved; a move that
-  // fails puts back what moved.
-  std::error_code undo_ec;
-  const bool latest_moves = std::find(others.begin(), others.end(), latest) != others.end();
-  const auto undo = [&](const std::string& why) {
-    for (const auto& name : result.moved) fs::rename(staging / name, folder / name, undo_ec);
-    if (latest_moves) fs::rename(staging / "latest", folder / "latest", undo_ec);
-    fs::remove(staging, undo_ec);
-    result.moved.clear();
-    result.failure = why + "; nothing was moved";
-    return result;
-  };
+  if (fs::exists(fs::symlink_status(staging, ec)) && out_of_the_way(staging).empty()) return undo(result.failure);
+  // The set two starts back (or whatever has its name), retired once the new set is in place.
+  fs::path older;
+  if (fs::exists(fs::symlink_status(old, ec)) && (older = out_of_the_way(old)).empty()) return undo(result.failure);
+  // Staged, so that nothing of the earlier set is removed unless every file moved.
   fs::create_directories(staging, ec);
   for (const auto& name : others) {
     fs::rename(folder / name, staging / name, ec);
     if (ec) return undo(fmt::format("moving {} into {} failed ({})", name, staging.string(), ec.message()));
     result.moved.push_back(name);
   }
-  if (latest_moves) fs::rename(folder / "latest", staging / "latest", ec);
+  if (latest_moves) {
+    fs::rename(folder / "latest", staging / "latest", ec);
+    if (ec) return undo(fmt::format("moving latest into {} failed ({})", staging.string(), ec.message()));
+    latest_moved = true;
+  }
   if (keep_in_previous) {  // after the others moved: a file of its name among them is not replaced
     fs::rename(keep_at, folder / fs::path(keep).filename(), ec);
     if (ec) return undo(fmt::format("moving {} back into {} failed ({})", keep_at.string(), dir, ec.message()));
     result.brought_back = fs::path(keep).filename().string();
   }
-  // previous/ -> previous.old, previous.new -> previous, then the old set removed. Every file has
+  // previous/ -> previous.old, previous.new -> previous, then the old sets removed. Every file has
   // left the folder by now: a failure here only leaves them in previous.new, which is said.
   if (fs::exists(previous, ec)) fs::rename(previous, old, ec);
   if (!ec) fs::rename(staging, previous, ec);
@@ -354,6 +369,11 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
     result.note = fmt::format("the set-aside checkpoints stay in {}: the swap with {} failed ({})", staging.string(),
                               previous.string(), ec.message());
     return result;
+  }
+  if (!older.empty()) {  // gone when it held only trident's files; said as kept aside otherwise
+    retire(older, result.replaced);
+    if (!fs::exists(fs::symlink_status(older, ec)))
+      result.kept_aside.erase(std::find(result.kept_aside.begin(), result.kept_aside.end(), older.filename().string()));
   }
   retire(old, result.replaced);
   sync_folder(previous.string());

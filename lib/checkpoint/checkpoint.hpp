@@ -78,8 +78,9 @@ std::vector<std::string> step_files_after(const std::string& dir, int64_t step);
 // (one start back is kept; files a user put there stay). A file of previous/ the run resumes from
 // (`keep`) comes back into `dir`. What is in the way is renamed NAME.<UTC time> and left: a
 // `previous` that is not a folder, a previous.new an interrupted start left, a previous.old (a set
-// two starts back) holding other files than trident's or not a folder. `failure`: a rename failed
-// before every file had moved (what moved is put back).
+// two starts back) holding other files than trident's or not a folder. Nothing is removed before
+// every file has moved. `failure`: a rename failed before that; what moved and what was renamed
+// are put back.
 // Rank 0, holding the folder's lock.
 struct SetAside {
   std::vector<std::string> moved;     // names now in `dir`/previous

@@ -330,18 +330,6 @@ namespace {
 // Rank 0's part of retention_of: "" or why the other run's checkpoints could not be set aside.
 std::string tidy_checkpoints_folder(const std::string& dir, int64_t start_step, bool locked,
                                     checkpoint::Retention& retention, std::string& resumed_from) {
-  std::string failure;
-  // Unguarded (no locks on this file system), an unfinished save may be another live run's.
-  // Not the file this run resumes from, were it one of them (--resume naming a .tmp the user salvages).
-  const auto unfinished =
-      locked ? checkpoint::remove_unfinished_saves(dir, resumed_from) : checkpoint::unfinished_saves(dir, resumed_from);
-  if (!unfinished.empty() && locked)
-    log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", dir,
-              fmt::join(unfinished, ", "));
-  else if (!unfinished.empty())
-    log::warn("unfinished saves in {}, left as they are (without locks they may be another live run's): {}; remove "
-              "them once no run uses this folder",
-              dir, fmt::join(unfinished, ", "));
   if (locked) {  // unguarded, they may be another live run's
     const auto aside = checkpoint::set_aside_other_runs(dir, start_step, resumed_from);
     if (!aside.moved.empty() && aside.failure.empty())
@@ -359,17 +347,28 @@ std::string tidy_checkpoints_folder(const std::string& dir, int64_t start_step, 
     for (const auto& kept : aside.kept_aside)
       log::warn("{}/{} was in the way of setting checkpoints aside: renamed, left as it is", dir, kept);
     // Left in place, a requeue before this run's first save (--resume auto) would resume from them.
-    if (!aside.failure.empty())
-      failure = fmt::format("the checkpoints in {} of another run could not be set aside ({}); a requeue of this run "
+    if (!aside.failure.empty())  // (before the unfinished saves are removed: a refused start changes nothing)
+      return fmt::format("the checkpoints in {} of another run could not be set aside ({}); a requeue of this run "
                             "would resume from them. Make the folder's files movable and start again",
                             dir, aside.failure);
   }
+  // Unguarded (no locks on this file system), an unfinished save may be another live run's.
+  // Not the file this run resumes from, were it one of them (--resume naming a .tmp the user salvages).
+  const auto unfinished =
+      locked ? checkpoint::remove_unfinished_saves(dir, resumed_from) : checkpoint::unfinished_saves(dir, resumed_from);
+  if (!unfinished.empty() && locked)
+    log::info("removed the unfinished saves an earlier run of this folder left in {}: {}", dir,
+              fmt::join(unfinished, ", "));
+  else if (!unfinished.empty())
+    log::warn("unfinished saves in {}, left as they are (without locks they may be another live run's): {}; remove "
+              "them once no run uses this folder",
+              dir, fmt::join(unfinished, ", "));
   retention.not_this_runs = checkpoint::step_files_after(dir, start_step);
   if (!retention.not_this_runs.empty())
     log::info("checkpoints in {} of later steps than this run's start (step {}), not this run's: {}; left as they are "
               "and not counted by checkpoint.keep_last (a save of the same step replaces one)",
               dir, start_step, fmt::join(retention.not_this_runs, ", "));
-  return failure;
+  return "";
 }
 
 }  // namespace

@@ -226,4 +226,24 @@ cp runs/src/checkpoints/step_0000004.h5 runs/src/checkpoints/latest '!bang/check
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" --set run.max_steps=5 --set 'run.output_dir=!bang' \
   >bang.log 2>&1 || fail "run folder '!bang': $(tail -3 bang.log)"
 grep -q "resuming from !bang/checkpoints/step_0000004.h5$" bang.log || fail "run folder '!bang': $(grep -i resum bang.log)"
+# A fresh start whose setting aside of another run's checkpoints fails (a file that cannot be
+# renamed: chattr +i, as root on ext4 or xfs) is refused, and the folder is left as it was: the
+# file that had moved and the unfinished save included (it removed the one and renamed what was in
+# the way before it was refused).
+cp -r runs/src runs/stuck
+cp runs/stuck/checkpoints/step_0000004.h5 runs/stuck/checkpoints/step_0000001.h5
+printf 'x' >runs/stuck/checkpoints/step_0000008.h5.tmp
+mkdir runs/stuck/checkpoints/previous.new && printf 'x' >runs/stuck/checkpoints/previous.new/step_0000003.h5
+stuck_file=$work/runs/stuck/checkpoints/step_0000004.h5
+stuck_snapshot() { find runs/stuck | sort; find runs/stuck -type f -print0 | sort -z | xargs -0 md5sum; }
+stuck_before=$(stuck_snapshot)
+if chattr +i "$stuck_file" 2>/dev/null; then
+  trap 'chattr -i "$stuck_file"; rm -rf "$work"' EXIT
+  train_refused stuck "the checkpoints in runs/stuck/checkpoints of another run could not be set aside \(moving step_0000004.h5 into runs/stuck/checkpoints/previous.new failed \(Operation not permitted\); nothing was moved\)" \
+    "${args[@]}" --set run.output_dir=runs/stuck --resume never
+  chattr -i "$stuck_file"
+  [ "$(stuck_snapshot)" = "$stuck_before" ] || fail "stuck: the run folder changed: $(diff <(echo "$stuck_before") <(stuck_snapshot))"
+else
+  echo "skipped the set-aside failure: this user or file system cannot make a file immutable (chattr +i)"
+fi
 echo PASS

@@ -1,7 +1,11 @@
 // checkpoint::set_aside_other_runs and the unfinished saves of a checkpoints folder, on files
 // named as trident names them (their content does not matter here): what moves where, what is
 // removed, and the cases where nothing may move.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -41,6 +45,35 @@ class SetAside : public ScratchFolderTest {
 };
 
 using Names = std::vector<std::string>;
+
+// A file made immutable (chattr +i) for the object's lifetime: no rename moves it, root's neither.
+// ok() is false where the file system or the user may not set the flag (the test is skipped).
+class Immutable {
+ public:
+  explicit Immutable(fs::path path) : path_(std::move(path)) { ok_ = set(true); }
+  ~Immutable() {
+    if (ok_) set(false);
+  }
+  Immutable(const Immutable&) = delete;
+  Immutable& operator=(const Immutable&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  bool set(bool on) {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return false;
+    int flags = 0;
+    bool done = ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+    if (done) {
+      flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+      done = ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+    }
+    ::close(fd);
+    return done;
+  }
+  fs::path path_;
+  bool ok_ = false;
+};
 
 }  // namespace
 
@@ -159,4 +192,54 @@ TEST_F(SetAside, UnfinishedSavesAreListedOrRemovedButTheOneResumedFrom) {
   EXPECT_EQ(remove_unfinished_saves(d(), d() + "/step_0000004.h5.tmp"),
             (Names{"latest.tmp (0.0 MiB)", "step_0000002.h5.tmp (0.0 MiB)"}));
   EXPECT_EQ(names(), (Names{"step_0000002.h5", "step_0000004.h5.tmp"}));
+}
+
+// A move that fails (a file that cannot be renamed) puts back what had moved and what was renamed
+// out of the way, and removes nothing: the start is refused, and the folder is as it was.
+TEST_F(SetAside, AFailedMovePutsEverythingBack) {
+  file("step_0000002.h5", "two");
+  file("step_0000004.h5", "four");
+  file("step_0000006.h5", "six");
+  file("latest", "step_0000006.h5");
+  file("step_0000008.h5.tmp");
+  file("previous/step_0000001.h5", "one start back");
+  file("previous.new/step_0000003.h5", "an interrupted start's");
+  file("previous.old/step_0000005.h5", "two starts back");
+  const Names before = names();
+  Immutable stuck(dir_ / "step_0000004.h5");
+  if (!stuck.ok()) GTEST_SKIP() << "this user or file system cannot make a file immutable";
+  auto aside = set_aside_other_runs(d(), 0, "");
+  EXPECT_EQ(aside.failure.rfind("moving step_0000004.h5 into " + d() + "/previous.new failed (", 0), 0u)
+      << aside.failure;
+  EXPECT_NE(aside.failure.find("; nothing was moved"), std::string::npos) << aside.failure;
+  EXPECT_TRUE(aside.moved.empty());
+  EXPECT_TRUE(aside.replaced.empty());
+  EXPECT_TRUE(aside.kept_aside.empty());
+  EXPECT_EQ(names(), before);
+  EXPECT_EQ(text("step_0000002.h5"), "two");
+  EXPECT_EQ(text("latest"), "step_0000006.h5");
+  EXPECT_EQ(names("previous"), (Names{"step_0000001.h5"}));
+  EXPECT_EQ(text("previous.new/step_0000003.h5"), "an interrupted start's");
+  EXPECT_EQ(text("previous.old/step_0000005.h5"), "two starts back");
+}
+
+// The file a run resumes from, in previous/, that cannot come back: the same.
+TEST_F(SetAside, AFailedBringBackPutsEverythingBack) {
+  file("step_0000002.h5");
+  file("step_0000006.h5");
+  file("latest", "step_0000006.h5");
+  file("previous/step_0000004.h5", "resumed from");
+  file("previous.old/step_0000001.h5");
+  const Names before = names();
+  Immutable stuck(dir_ / "previous" / "step_0000004.h5");
+  if (!stuck.ok()) GTEST_SKIP() << "this user or file system cannot make a file immutable";
+  auto aside = set_aside_other_runs(d(), 4, d() + "/previous/step_0000004.h5");
+  EXPECT_EQ(aside.failure.rfind("moving " + d() + "/previous/step_0000004.h5 back into " + d() + " failed (", 0), 0u)
+      << aside.failure;
+  EXPECT_TRUE(aside.brought_back.empty());
+  EXPECT_TRUE(aside.moved.empty());
+  EXPECT_EQ(names(), before);
+  EXPECT_EQ(names("previous"), (Names{"step_0000004.h5"}));
+  EXPECT_EQ(names("previous.old"), (Names{"step_0000001.h5"}));
+  EXPECT_EQ(text("latest"), "step_0000006.h5");
 }
