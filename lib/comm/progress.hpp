@@ -54,18 +54,20 @@ class OpScope {
 // stores it before current_op): the stall is timed from its start, and the computing after it
 // from its end, not from the last operation before it (a stall of minutes, then a step's compute,
 // read as minutes of computing).
+inline void begin_file_io() {
+  auto& p = progress();
+  if (p.file_io.load(std::memory_order_relaxed) == 0) p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  p.file_io.fetch_add(1, std::memory_order_release);
+}
+inline void end_file_io() {
+  auto& p = progress();
+  if (p.file_io.load(std::memory_order_relaxed) == 1) p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  p.file_io.fetch_sub(1, std::memory_order_release);
+}
 class FileIoScope {
  public:
-  FileIoScope() {
-    auto& p = progress();
-    if (p.file_io.load(std::memory_order_relaxed) == 0) p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
-    p.file_io.fetch_add(1, std::memory_order_release);
-  }
-  ~FileIoScope() {
-    auto& p = progress();
-    if (p.file_io.load(std::memory_order_relaxed) == 1) p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
-    p.file_io.fetch_sub(1, std::memory_order_release);
-  }
+  FileIoScope() { begin_file_io(); }
+  ~FileIoScope() { end_file_io(); }
   FileIoScope(const FileIoScope&) = delete;
   FileIoScope& operator=(const FileIoScope&) = delete;
 };

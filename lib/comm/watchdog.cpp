@@ -310,6 +310,8 @@ Watchdog::Watchdog(MPI_Comm comm, double timeout_s) {
   d.recvs.assign(n, MPI_REQUEST_NULL);
   for (int p = 0; p < size; ++p)
     if (p != d.rank) d.post_recv(p);
+  // The main thread's log lines are file I/O too (a Slurm log on a stalled shared file system).
+  log::bracket_this_threads_lines(begin_file_io, end_file_io);
   d.thread = std::thread([&d] { d.loop(); });
 }
 

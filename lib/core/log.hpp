@@ -10,6 +10,10 @@ namespace trident::log {
 void set_rank(int rank);
 int rank();
 void write_line(const std::string& line, bool to_stderr);
+// The lines the calling thread (the main thread) writes from now on are bracketed by `before` and
+// `after` (the watchdog's file I/O, comm/progress.hpp): under Slurm, stdout and stderr go to a log
+// on a shared file system, and a write stalls with it once the pipes on the way are full.
+void bracket_this_threads_lines(void (*before)(), void (*after)());
 
 template <typename... Args>
 void info(fmt::format_string<Args...> format, Args&&... args) {

@@ -156,6 +156,18 @@ grep -q "rank 0 on .* has been in file I/O for more than 20 s (20 x run.fail_tim
   fail "records_hung: no message naming rank 0's file I/O: $(grep error records_hung.log)"
 grep -Eq "^  rank 0 on .*: step 20, .* in file I/O for" records_hung.log || fail "records_hung: rank 0's state not shown"
 [ "$(echo "$seconds < 50" | bc)" = 1 ] || fail "records_hung: took $seconds s"
+# The same for rank 0's progress line (stdout, under Slurm a log on the shared file system: a
+# write stalls with it once the pipes on the way are full). progress_stalled: two 3 s stalls at
+# fail_timeout_s 1 are waited for (aborted after 1 s before: the main thread's lines were
+# computing to the watchdog). progress_hung: a 60 s stall ends the job after 20 s, naming rank 0.
+stall progress_stalled 1 TRIDENT_TEST_SLOW_PROGRESS_LINE_MS=3000
+[ "$rc" = 0 ] || fail "progress_stalled: exit code $rc, expected 0: $(grep error progress_stalled.log)"
+[ "$(grep -c "a progress line slowed by 3000 ms" progress_stalled.log)" = 2 ] || fail "progress_stalled: not stalled twice"
+stall progress_hung 1 TRIDENT_TEST_SLOW_PROGRESS_LINE_MS=60000
+[ "$rc" = 1 ] || fail "progress_hung: exit code $rc, expected 1: $(tail -3 progress_hung.log)"
+grep -q "rank 0 on .* has been in file I/O for more than 20 s (20 x run.fail_timeout_s" progress_hung.log ||
+  fail "progress_hung: no message naming rank 0's file I/O: $(grep error progress_hung.log)"
+[ "$(echo "$seconds < 50" | bc)" = 1 ] || fail "progress_hung: took $seconds s"
 # The same for rank 1 stalled writing its part of a checkpoint while rank 0 waits in the save's
 # collectives. save_uneven: a 5 s stall at fail_timeout_s 2 is waited for. save_hung: a 60 s
 # stall at fail_timeout_s 1 ends the job after 20 s, naming rank 1 (the save's collectives were
