@@ -82,5 +82,32 @@ spaced=$(env -u TRIDENT_HOME TRIDENT_SWEEP_DIR="$work/sweeps/spaced" sbatch --pa
   --output="$work/spaced-%A_%a.out" "$work/my jobs/sweep.slurm" points.txt $(tiny_args 10) --set data.path="$work/noisy.h5")
 expect_completed "${spaced}_0" 180 "a sweep point submitted from a folder with a space in its name"
 [ -s "$work/sweeps/spaced/point_0/report.json" ] || fail "the point from the folder with a space wrote no report.json"
+# A point added to the sweep file with a bad value, then corrected (the file in another folder,
+# of the same name: the same sweeps/points): the first task takes the folder over (the changed
+# point has no folder) and trident refuses it (exit 2, no point folder); the corrected file takes
+# it over again and the point trains. Points 0-2's folders are left as they were. (A refused
+# point claimed the folder for its file, which the corrected file could then not use.)
+mkdir v2 && cp points.txt v2/points.txt && echo "optim.lr=abc optim.micro_batch=8" >>v2/points.txt
+finished=$(cd "$dir" && find point_0 point_1 point_2 -type f -print0 | sort -z | xargs -0 md5sum)
+added() {  # the 4th point of v2/points.txt
+  # shellcheck disable=SC2046
+  sbatch --parsable --array=3 --output="$work/added$1-%A_%a.out" "$src/jobs/sweep.slurm" v2/points.txt \
+    $(tiny_args 10) --set data.path="$work/noisy.h5"
+}
+bad=$(added 1)
+s=$(wait_job "${bad}_3" 60)
+[ "$(field "${bad}_3" ExitCode)" = 2:0 ] || { show_job "${bad}_3"; fail "a point with optim.lr=abc ended $s, not with exit 2"; }
+grep -q "sweeps/points/sweep.txt replaced by v2/points.txt: its changed points (3) had not run" "$work"/added1-*_3.out ||
+  fail "the added point did not take the folder over: $(cat "$work"/added1-*_3.out)"
+grep -q "optim.lr" "$work"/added1-*_3.out || fail "the refused point's message does not name optim.lr: $(cat "$work"/added1-*_3.out)"
+[ ! -e "$dir/point_3" ] || fail "the refused point made a point folder"
+sed -i 's/optim.lr=abc/optim.lr=2e-3/' v2/points.txt
+good=$(added 2)
+expect_completed "${good}_3" 180 "the corrected 4th point"
+cmp -s v2/points.txt "$dir/sweep.txt" || fail "$dir/sweep.txt is not the corrected sweep file"
+[ -s "$dir/point_3/report.json" ] || fail "the corrected point wrote no report.json"
+grep -q '"lr": 0.002' "$dir/point_3/report.json" || fail "point 3 did not train with optim.lr=2e-3: $(grep '"lr"' "$dir/point_3/report.json")"
+[ "$(cd "$dir" && find point_0 point_1 point_2 -type f -print0 | sort -z | xargs -0 md5sum)" = "$finished" ] ||
+  fail "the finished points' folders changed"
 echo "after $(elapsed)"
 echo PASS
