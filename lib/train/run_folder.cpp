@@ -27,10 +27,14 @@ namespace {
 
 constexpr const char* kLockName = ".trident-lock";
 
+// The whole file (a refused start puts an earlier run's lock file's text back as it was).
 std::string read_file(int fd) {
-  char buffer[512] = {0};
-  const ssize_t n = pread(fd, buffer, sizeof(buffer) - 1, 0);
-  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
+  std::string text;
+  char buffer[4096];
+  ssize_t n = 0;
+  while ((n = pread(fd, buffer, sizeof(buffer), static_cast<off_t>(text.size()))) > 0)
+    text.append(buffer, static_cast<size_t>(n));
+  return text;
 }
 
 std::string read_owner(int fd) {
@@ -78,22 +82,24 @@ std::string ended_holder(const std::string& owner) {
   return "";
 }
 
-// `dir` absolute, without . and .. and without a trailing separator.
-fs::path normalized(const std::string& dir) {
+// Makes `dir` and the folders above it that are missing, one at a time along the path as it is
+// written (through its links and its ..: where the kernel resolves it), each folder made added to
+// `made`, outermost first: a refused start removes exactly those (a failure part way included).
+std::error_code make_folders(const std::string& dir, std::vector<fs::path>& made) {
   std::error_code ec;
-  fs::path p = fs::absolute(dir, ec).lexically_normal();
-  return p.has_filename() ? p : p.parent_path();
-}
-
-// The outermost folder of `dir` that does not exist yet ("" when `dir` exists).
-std::string outermost_missing(const std::string& dir) {
-  std::error_code ec;
-  fs::path missing;
-  for (fs::path p = normalized(dir); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-    missing = p;
-    if (p == p.parent_path()) break;
+  const fs::path whole = fs::absolute(dir, ec);
+  if (ec) return ec;
+  fs::path p;
+  for (const auto& part : whole) {
+    p /= part;
+    if (part.empty() || p == whole.root_path()) continue;  // (a trailing separator, the root)
+    if (::mkdir(p.c_str(), 0777) == 0)
+      made.push_back(p);
+    else if (errno != EEXIST)
+      return {errno, std::generic_category()};
   }
-  return missing.string();
+  if (!fs::is_directory(whole, ec)) return ec ? ec : std::make_error_code(std::errc::not_a_directory);
+  return {};
 }
 
 // The checkpoints folder a run saves into, when it is there already (a link to scratch, a folder
@@ -168,11 +174,8 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
   std::string error, stopped;
   if (rank == 0) {
     std::error_code ec;
-    folder->first_created_ = outermost_missing(dir);
-    fs::create_directories(dir, ec);
-    if (ec) {
+    if (const auto ec = make_folders(dir, folder->created_folders_)) {
       error = fmt::format("run.output_dir {}: cannot create it ({})", dir, ec.message());
-      folder->first_created_.clear();
     } else {
       error = folder->lock(requeue_lock_wait_s, stop_signal, stopped);
       if (error.empty() && stopped.empty()) error = unusable_entry(dir);
@@ -360,13 +363,9 @@ void RunFolder::abandon() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   created_lock_file_ = wrote_owner_ = unguarded_ = false;
-  if (first_created_.empty()) return;
   // Innermost first; fs::remove leaves a folder that is not empty.
-  for (fs::path p = normalized(dir_); p.string().size() >= first_created_.size(); p = p.parent_path()) {
-    if (!fs::remove(p, ec)) break;
-    if (p.string() == first_created_) break;
-  }
-  first_created_.clear();
+  for (auto p = created_folders_.rbegin(); p != created_folders_.rend(); ++p) fs::remove(*p, ec);
+  created_folders_.clear();
 }
 
 RunFolder::~RunFolder() {

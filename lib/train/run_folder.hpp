@@ -25,8 +25,10 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace trident::train {
 
@@ -69,7 +71,7 @@ class RunFolder {
   // Ranks other than 0: "" when `probe` holds `owner`, else the bad-input message.
   std::string probe_unseen(const std::string& probe, const std::string& owner) const;
   std::string dir_, lock_path_;
-  std::string first_created_;  // the outermost folder claim() created ("" if it existed)
+  std::vector<std::filesystem::path> created_folders_;  // the folders claim() made, outermost first
   bool created_lock_file_ = false;
   bool wrote_owner_ = false;     // this run holds the lock and wrote its owner line
   bool unguarded_ = false;       // the file system refused locks: the run goes on without one

@@ -72,6 +72,27 @@ grep "trident: error" e.log | cut -c1-200
 [ "$rc_e" = 2 ] || fail "refused resume: exit code $rc_e, expected 2"
 grep -q "optim.global_batch = 64" e.log || fail "refused resume: the message does not name the global batch"
 [ ! -e runs/new ] || fail "refused resume: it left $(find runs/new) behind"
+# The same where the folder cannot be made part way (a name too long: runs/part and runs/part/a
+# were left), and through a folder its path leaves again (runs/dots/x/../run: runs/dots/x was).
+refused_into() {  # WHAT OUTPUT_DIR REGEX
+  set +e
+  "$mpiexec" -n 2 "$trident" train "${args[@]}" --set optim.global_batch=128 --set "run.output_dir=$2" \
+    --resume "runs/killed/checkpoints/$(cat runs/killed/checkpoints/latest)" >"$1.log" 2>&1
+  local rc=$?
+  set -e
+  refused "$1" "$1.log" "$rc"
+  grep -Eq "$3" "$1.log" || fail "$1: no message matching /$3/"
+}
+refused_into too_long "runs/part/a/$(printf 'x%.0s' $(seq 300))" "run.output_dir runs/part/a/x+: cannot create it \(File name too long\)"
+[ ! -e runs/part ] || fail "too_long: it left $(find runs/part) behind"
+refused_into dots runs/dots/x/../run "optim.global_batch = 64"
+[ ! -e runs/dots ] || fail "dots: it left $(find runs/dots) behind"
+# An earlier run's lock file is put back as it was, however long its text (it was cut to 511 bytes).
+printf 'notes of the user, %.0s' $(seq 50) >>runs/shared/.trident-lock
+lock_before=$(md5sum <runs/shared/.trident-lock)
+refused_into lock_text runs/shared "optim.global_batch = 64"
+[ "$(md5sum <runs/shared/.trident-lock)" = "$lock_before" ] || fail "lock_text: the lock file's text changed"
+echo "refused starts left no folder (a name too long, a path through x/..) and an earlier lock file's text whole"
 
 # ---- 4. a checkpoints folder a run could not save into is refused before training, not at the
 # first save after the run's work: a link to a folder that is missing, a `latest` that is a
