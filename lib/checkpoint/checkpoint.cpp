@@ -314,7 +314,7 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   };
   std::error_code undo_ec;
   const bool latest_moves = std::find(others.begin(), others.end(), latest) != others.end();
-  bool latest_moved = false;
+  bool latest_moved = false, staged = false;
   const auto undo = [&](const std::string& why) {
     std::string unmoved;  // what could not be put back
     const auto put_back = [&](const fs::path& from, const fs::path& to) {
@@ -323,7 +323,7 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
     };
     for (const auto& name : result.moved) put_back(staging / name, folder / name);
     if (latest_moved) put_back(staging / "latest", folder / "latest");
-    fs::remove(staging, undo_ec);  // (only when empty)
+    if (staged) fs::remove(staging, undo_ec);  // made by this call (and only when empty)
     for (auto it = renamed.rbegin(); it != renamed.rend(); ++it) put_back(it->second, it->first);
     result.moved.clear();
     result.kept_aside.clear();
@@ -345,7 +345,7 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   fs::path older;
   if (fs::exists(fs::symlink_status(old, ec)) && (older = out_of_the_way(old)).empty()) return undo(result.failure);
   // Staged, so that nothing of the earlier set is removed unless every file moved.
-  fs::create_directories(staging, ec);
+  staged = fs::create_directories(staging, ec);
   for (const auto& name : others) {
     fs::rename(folder / name, staging / name, ec);
     if (ec) return undo(fmt::format("moving {} into {} failed ({})", name, staging.string(), ec.message()));
@@ -365,16 +365,15 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   // left the folder by now: a failure here only leaves them in previous.new, which is said.
   if (fs::exists(previous, ec)) fs::rename(previous, old, ec);
   if (!ec) fs::rename(staging, previous, ec);
-  if (ec) {
+  if (ec)
     result.note = fmt::format("the set-aside checkpoints stay in {}: the swap with {} failed ({})", staging.string(),
                               previous.string(), ec.message());
-    return result;
-  }
   if (!older.empty()) {  // gone when it held only trident's files; said as kept aside otherwise
     retire(older, result.replaced);
-    if (!fs::exists(fs::symlink_status(older, ec)))
-      result.kept_aside.erase(std::find(result.kept_aside.begin(), result.kept_aside.end(), older.filename().string()));
+    const auto said = std::find(result.kept_aside.begin(), result.kept_aside.end(), older.filename().string());
+    if (!fs::exists(fs::symlink_status(older, ec)) && said != result.kept_aside.end()) result.kept_aside.erase(said);
   }
+  if (!result.note.empty()) return result;
   retire(old, result.replaced);
   sync_folder(previous.string());
   sync_folder(dir);

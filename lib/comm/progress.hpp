@@ -64,6 +64,21 @@ inline void end_file_io() {
   if (p.file_io.load(std::memory_order_relaxed) == 1) p.since_ns.store(monotonic_ns(), std::memory_order_relaxed);
   p.file_io.fetch_sub(1, std::memory_order_release);
 }
+// A log line of the main thread (core/log.hpp): file I/O, which leaves the main thread's clock as
+// it was unless the line stalled. A line takes microseconds; restarting the clock at each would
+// hide a rank that logs while it computes alone for longer than run.fail_timeout_s.
+constexpr int64_t kLogLineStallNs = 10000000;  // 10 ms
+inline thread_local int64_t t_line_started_ns = 0, t_line_clock_ns = 0;
+inline void begin_log_line() {
+  t_line_clock_ns = progress().since_ns.load(std::memory_order_relaxed);
+  t_line_started_ns = monotonic_ns();
+  begin_file_io();
+}
+inline void end_log_line() {
+  end_file_io();
+  if (monotonic_ns() - t_line_started_ns < kLogLineStallNs)
+    progress().since_ns.store(t_line_clock_ns, std::memory_order_relaxed);
+}
 class FileIoScope {
  public:
   FileIoScope() { begin_file_io(); }

@@ -311,7 +311,7 @@ Watchdog::Watchdog(MPI_Comm comm, double timeout_s) {
   for (int p = 0; p < size; ++p)
     if (p != d.rank) d.post_recv(p);
   // The main thread's log lines are file I/O too (a Slurm log on a stalled shared file system).
-  log::bracket_this_threads_lines(begin_file_io, end_file_io);
+  log::bracket_this_threads_lines(begin_log_line, end_log_line);
   d.thread = std::thread([&d] { d.loop(); });
 }
 
@@ -332,6 +332,7 @@ void Watchdog::stop() {
   }
   d.quit = true;
   d.thread.join();
+  log::bracket_this_threads_lines(nullptr, nullptr);  // (no one watches the clock any more)
   // Every peer still has a receive posted for this rank, so the last beats complete; after the
   // second barrier no beat is on its way and the posted receives can be cancelled.
   MPI_CHECK(MPI_Waitall(static_cast<int>(d.sends.size()), d.sends.data(), MPI_STATUSES_IGNORE));
@@ -352,6 +353,7 @@ Watchdog::~Watchdog() {
   if (!impl_ || impl_->stopped) return;
   impl_->quit = true;
   impl_->thread.join();
+  log::bracket_this_threads_lines(nullptr, nullptr);
   impl_->release_requests();
   MPI_Comm_free(&impl_->comm);
 }

@@ -13,6 +13,7 @@ void write_line(const std::string& line, bool to_stderr);
 // The lines the calling thread (the main thread) writes from now on are bracketed by `before` and
 // `after` (the watchdog's file I/O, comm/progress.hpp): under Slurm, stdout and stderr go to a log
 // on a shared file system, and a write stalls with it once the pipes on the way are full.
+// (nullptr, nullptr) ends it.
 void bracket_this_threads_lines(void (*before)(), void (*after)());
 
 template <typename... Args>

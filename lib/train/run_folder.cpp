@@ -32,13 +32,14 @@ std::string read_file(int fd) {
   std::string text;
   char buffer[4096];
   ssize_t n = 0;
-  while ((n = pread(fd, buffer, sizeof(buffer), static_cast<off_t>(text.size()))) > 0)
-    text.append(buffer, static_cast<size_t>(n));
+  while ((n = pread(fd, buffer, sizeof(buffer), static_cast<off_t>(text.size()))) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) text.append(buffer, static_cast<size_t>(n));
   return text;
 }
 
 std::string read_owner(int fd) {
   std::string text = read_file(fd);
+  text = text.substr(0, text.find('\n'));  // the owner line (a user's notes after it are not the message's)
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   return text.empty() ? "an owner that has not written its name yet (it is starting)" : text;
 }
@@ -95,8 +96,8 @@ std::error_code make_folders(const std::string& dir, std::vector<fs::path>& made
     if (part.empty() || p == whole.root_path()) continue;  // (a trailing separator, the root)
     if (::mkdir(p.c_str(), 0777) == 0)
       made.push_back(p);
-    else if (errno != EEXIST)
-      return {errno, std::generic_category()};
+    else if (const int error = errno; error != EEXIST && !fs::is_directory(p, ec))  // (an automount: stat mounts it)
+      return {error, std::generic_category()};
   }
   if (!fs::is_directory(whole, ec)) return ec ? ec : std::make_error_code(std::errc::not_a_directory);
   return {};
@@ -173,7 +174,6 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
   MPI_Comm_rank(comm, &rank);
   std::string error, stopped;
   if (rank == 0) {
-    std::error_code ec;
     if (const auto ec = make_folders(dir, folder->created_folders_)) {
       error = fmt::format("run.output_dir {}: cannot create it ({})", dir, ec.message());
     } else {

@@ -3,7 +3,9 @@
 # tiny), each point in its own folder with its overrides applied, then `trident report SWEEP_DIR`:
 # the ranking and the micro-batch table checked against the points' report.json files, read here.
 # A task beyond the sweep file's points exits 2 naming the --array to use; an edited sweep file
-# resubmitted into the old points' folder exits 2.
+# resubmitted into the old points' folder exits 2 when a point it changes has run, and takes the
+# folder over when none has (a 4th point refused as bad input, then corrected and trained); a
+# task of the original file then still runs its point in the grown folder.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" sweep
 export TRIDENT=$trident
 cat >points.txt <<'POINTS'
@@ -99,7 +101,7 @@ s=$(wait_job "${bad}_3" 60)
 [ "$(field "${bad}_3" ExitCode)" = 2:0 ] || { show_job "${bad}_3"; fail "a point with optim.lr=abc ended $s, not with exit 2"; }
 grep -q "sweeps/points/sweep.txt replaced by v2/points.txt: its changed points (3) had not run" "$work"/added1-*_3.out ||
   fail "the added point did not take the folder over: $(cat "$work"/added1-*_3.out)"
-grep -q "optim.lr" "$work"/added1-*_3.out || fail "the refused point's message does not name optim.lr: $(cat "$work"/added1-*_3.out)"
+grep -q -- "--set optim.lr=abc: optim.lr is not a finite number" "$work"/added1-*_3.out || fail "the refused point's message does not name optim.lr: $(cat "$work"/added1-*_3.out)"
 [ ! -e "$dir/point_3" ] || fail "the refused point made a point folder"
 sed -i 's/optim.lr=abc/optim.lr=2e-3/' v2/points.txt
 good=$(added 2)
@@ -109,5 +111,14 @@ cmp -s v2/points.txt "$dir/sweep.txt" || fail "$dir/sweep.txt is not the correct
 grep -q '"lr": 0.002' "$dir/point_3/report.json" || fail "point 3 did not train with optim.lr=2e-3: $(grep '"lr"' "$dir/point_3/report.json")"
 [ "$(cd "$dir" && find point_0 point_1 point_2 -type f -print0 | sort -z | xargs -0 md5sum)" = "$finished" ] ||
   fail "the finished points' folders changed"
+# A task of the original 3-point file (a requeue of the first sweep) runs its point in the grown
+# folder, which keeps the 4-point file (it was refused: point_3 "changed" and had run).
+# shellcheck disable=SC2046
+again=$(sbatch --parsable --array=0 --output="$work/again-%A_%a.out" "$src/jobs/sweep.slurm" points.txt \
+  $(tiny_args 30) --set data.path="$work/noisy.h5")
+expect_completed "${again}_0" 120 "a task of the original sweep file after the folder grew"
+grep -q "sweeps/points/sweep.txt has points this file lacks (3)" "$work"/again-*_0.out ||
+  fail "the original file's task: $(cat "$work"/again-*_0.out)"
+cmp -s v2/points.txt "$dir/sweep.txt" || fail "the original file's task replaced $dir/sweep.txt"
 echo "after $(elapsed)"
 echo PASS
