@@ -333,8 +333,11 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   };
   // A file of previous/ this run resumes from comes back into the folder: it is the run's start,
   // which a requeue before the first save resumes from again (--resume auto:PATH finds it here).
+  // (Or of a set two starts back, previous.old, which is retired below.)
   fs::path keep_at = keep;
-  const bool keep_in_previous = !keep.empty() && fs::equivalent(fs::path(keep).parent_path(), previous, ec);
+  const fs::path keep_folder = fs::path(keep).parent_path();
+  const bool keep_in_old = !keep.empty() && fs::equivalent(keep_folder, old, ec);
+  const bool keep_in_previous = keep_in_old || (!keep.empty() && fs::equivalent(keep_folder, previous, ec));
   if (fs::exists(fs::symlink_status(previous, ec)) && !own_folder(previous)) {
     const fs::path aside = out_of_the_way(previous);
     if (aside.empty()) return undo(result.failure);
@@ -344,6 +347,7 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
   // The set two starts back (or whatever has its name), retired once the new set is in place.
   fs::path older;
   if (fs::exists(fs::symlink_status(old, ec)) && (older = out_of_the_way(old)).empty()) return undo(result.failure);
+  if (keep_in_old) keep_at = older / fs::path(keep).filename();
   // Staged, so that nothing of the earlier set is removed unless every file moved.
   staged = fs::create_directories(staging, ec);
   for (const auto& name : others) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/folders.hpp"
 #include "core/host.hpp"
 #include "core/hdf5.hpp"
 
@@ -118,16 +119,23 @@ void write_atomically(const std::string& out_given, Fill fill) {
   if (fs::is_directory(target, ec) || out.back() == '/')
     fatal_all(fmt::format("prepare-data: --out {} is a folder; give the file to write, e.g. {}", out,
                           (target / "data.h5").lexically_normal().string()));
-  if (target.has_parent_path() && !fs::create_directories(target.parent_path(), ec) && ec)
-    fatal_all(fmt::format("prepare-data: --out {}: cannot make its folder {} ({})", out, target.parent_path().string(),
-                          ec.message()));
+  std::vector<fs::path> made;  // removed again when the conversion fails: it leaves nothing behind
+  if (target.has_parent_path())
+    if (const auto error = make_folders(target.parent_path(), made)) {
+      remove_made_folders(made);
+      fatal_all(fmt::format("prepare-data: --out {}: cannot make its folder {} ({})", out,
+                            target.parent_path().string(), error.message()));
+    }
   // One temporary file per process: tasks that stage the same file (srun on several nodes, a
   // shared folder) each write their own and rename it over the same name; the last one wins.
   // Its host, process id and a random part name it (process ids repeat across nodes, and every
   // container's first process is 1), and it is created only if new: a process writes and removes
   // only its own.
-  const std::string tmp = fmt::format("{}.tmp.{}.{}.{:08x}", out, host_name(), static_cast<long>(getpid()),
-                                      std::random_device{}());
+  // In OUT's folder, named apart from OUT (a name OUT's length plus the suffix is over a file
+  // name's 255 bytes when OUT's is long).
+  const fs::path tmp_name = fmt::format(".trident-prepare.{}.{}.{:08x}.tmp", host_name().substr(0, 64),
+                                        static_cast<long>(getpid()), std::random_device{}());
+  const std::string tmp = (target.has_parent_path() ? target.parent_path() / tmp_name : tmp_name).string();
   // HDF5 can fail after creating the file (a lock it cannot take): a name that was not there is ours.
   std::error_code exists_error;
   const bool created = !fs::exists(tmp, exists_error) && !exists_error;
@@ -145,6 +153,7 @@ void write_atomically(const std::string& out_given, Fill fill) {
     if (ec) fatal_all(fmt::format("prepare-data: --out {}: cannot put the file there ({})", out, ec.message()));
   } catch (...) {
     if (created) fs::remove(tmp, ec);  // a failed conversion leaves nothing behind
+    remove_made_folders(made);
     throw;
   }
 }

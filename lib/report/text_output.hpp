@@ -2,6 +2,7 @@
 // What the `trident report` writers share (study.cpp, goodput.cpp, sweep.cpp): XML escaping for
 // SVG, CSV quoting, round axis steps, and writing the files out.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/folders.hpp"
 
 namespace trident::report {
 
@@ -56,40 +58,43 @@ inline double nice_step(double top) {
 // Writes each (file name, text) into out_dir (created), each through a temporary file and a
 // rename, so a reader never sees half a file; returns the paths. BadInput naming what cannot be
 // written; a file that cannot be written leaves none of them (no report.md of a set whose
-// report.csv failed).
+// report.csv failed), nor the folders it made, and removes only temporary files of its own.
 inline std::vector<std::string> write_text_files(const std::string& out_dir,
                                                  const std::vector<std::pair<std::string, std::string>>& files) {
   namespace fs = std::filesystem;
   std::error_code ec;  // the error_code forms throughout: a path error is bad input, not a fault
   if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
     throw BadInput(fmt::format("report: {} is a file, not a folder to write the report into", out_dir));
-  fs::create_directories(out_dir, ec);
-  if (ec) throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, ec.message()));
+  std::vector<fs::path> made;
+  if (const auto error = make_folders(out_dir, made)) {
+    remove_made_folders(made);
+    throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, error.message()));
+  }
   std::vector<std::string> paths, tmps;
-  const auto drop_tmps = [&] {
+  const auto give_up = [&](const std::string& why) {
     std::error_code ignored;
     for (const auto& tmp : tmps) fs::remove(tmp, ignored);
+    remove_made_folders(made);
+    throw BadInput(why);
   };
   for (const auto& [name, text] : files) {
     paths.push_back((fs::path(out_dir) / name).string());
-    tmps.push_back(paths.back() + ".tmp");
-    std::ofstream out(tmps.back());
+    // A name nothing has (a user's file or folder named report.csv.tmp is not this one's).
+    std::string tmp = fmt::format("{}.tmp.{}", paths.back(), static_cast<long>(getpid()));
+    for (int n = 1; fs::exists(fs::symlink_status(tmp, ec)); ++n)
+      tmp = fmt::format("{}.tmp.{}.{}", paths.back(), static_cast<long>(getpid()), n);
+    std::ofstream out(tmp);
+    if (out.is_open()) tmps.push_back(tmp);
     out << text;
     out.close();
     const bool folder = fs::is_directory(paths.back(), ec);
-    if (!out || folder) {
-      drop_tmps();
-      throw BadInput(fmt::format("report: cannot write {}{}", paths.back(), folder ? ": a folder has its name" : ""));
-    }
+    if (!out || folder)
+      give_up(fmt::format("report: cannot write {}{}", paths.back(), folder ? ": a folder has its name" : ""));
   }
   // Every file written before any replaces its old copy: one that cannot be written leaves none.
   for (size_t i = 0; i < paths.size(); ++i) {
     fs::rename(tmps[i], paths[i], ec);
-    if (ec) {
-      const std::string why = ec.message();
-      drop_tmps();
-      throw BadInput(fmt::format("report: cannot write {}: {}", paths[i], why));
-    }
+    if (ec) give_up(fmt::format("report: cannot write {}: {}", paths[i], ec.message()));
   }
   return paths;
 }

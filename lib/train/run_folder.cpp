@@ -16,6 +16,7 @@
 
 #include "comm/world.hpp"
 #include "core/error.hpp"
+#include "core/folders.hpp"
 #include "core/host.hpp"
 #include "core/log.hpp"
 
@@ -81,26 +82,6 @@ std::string ended_holder(const std::string& owner) {
   const char* previous_link = std::getenv("TRIDENT_CHAIN_PREVIOUS_JOB");
   if (previous_link && theirs.id == previous_link) return "the previous link of this job chain";
   return "";
-}
-
-// Makes `dir` and the folders above it that are missing, one at a time along the path as it is
-// written (through its links and its ..: where the kernel resolves it), each folder made added to
-// `made`, outermost first: a refused start removes exactly those (a failure part way included).
-std::error_code make_folders(const std::string& dir, std::vector<fs::path>& made) {
-  std::error_code ec;
-  const fs::path whole = fs::absolute(dir, ec);
-  if (ec) return ec;
-  fs::path p;
-  for (const auto& part : whole) {
-    p /= part;
-    if (part.empty() || p == whole.root_path()) continue;  // (a trailing separator, the root)
-    if (::mkdir(p.c_str(), 0777) == 0)
-      made.push_back(p);
-    else if (const int error = errno; error != EEXIST && !fs::is_directory(p, ec))  // (an automount: stat mounts it)
-      return {error, std::generic_category()};
-  }
-  if (!fs::is_directory(whole, ec)) return ec ? ec : std::make_error_code(std::errc::not_a_directory);
-  return {};
 }
 
 // The checkpoints folder a run saves into, when it is there already (a link to scratch, a folder
@@ -363,9 +344,7 @@ void RunFolder::abandon() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   created_lock_file_ = wrote_owner_ = unguarded_ = false;
-  // Innermost first; fs::remove leaves a folder that is not empty.
-  for (auto p = created_folders_.rbegin(); p != created_folders_.rend(); ++p) fs::remove(*p, ec);
-  created_folders_.clear();
+  remove_made_folders(created_folders_);
 }
 
 RunFolder::~RunFolder() {

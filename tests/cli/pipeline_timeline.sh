@@ -30,4 +30,24 @@ grep -q "wrote rep/timeline_tl.svg" <<<"$rep" || fail "no timeline picture: $rep
 [ "$(grep -c '<title>F' rep/timeline_tl.svg)" = 8 ] || fail "the picture should show 4 forwards on each of 2 stages"
 grep -Eq "bubble measured 0\.[0-9]+, expected 0\.[0-9]+" rep/report.md || fail "report.md lacks the bubble line"
 grep -q "timeline_tl.svg" rep/report.md || fail "report.md does not show the picture"
+# A run folder of a long relative path: its picture's name keeps the path's start and a hash (it
+# was the whole path, longer than a file name may be: the report was refused).
+long=long/$(printf 'a%.0s' $(seq 130))/$(printf 'b%.0s' $(seq 130))
+mkdir -p "$long" && cp -r runs/tl/. "$long/"
+rep=$("$trident" report long --out rep_long 2>&1) || fail "report of a long run folder: $rep"
+picture=$(cd rep_long && echo timeline_*.svg)
+[[ $picture =~ ^timeline_a{130}_b{49}_[0-9a-f]{16}\.svg$ ]] || fail "the picture's name: $picture"
+grep -q "($picture)" rep_long/report.md || fail "report.md does not show $picture"
+# A report refused (an --out it cannot make, a name too long) leaves no folder; a user's file with
+# a temporary file's name in --out is left (it was removed or renamed over report.md).
+set +e
+"$trident" report runs --out "new/c/$(printf 'x%.0s' $(seq 300))" >refused.log 2>&1
+rc=$?
+set -e
+refused "report into a path it cannot make" refused.log "$rc"
+[ ! -e new ] || fail "the refused report left $(find new)"
+mkdir -p rep_user/report.md.tmp && echo "the user's" >rep_user/report.csv.tmp
+"$trident" report runs --out rep_user >/dev/null || fail "report beside a user's .tmp files"
+[ -d rep_user/report.md.tmp ] && [ "$(cat rep_user/report.csv.tmp)" = "the user's" ] || fail "the user's .tmp files: $(ls -A rep_user)"
+grep -q "bubble measured" rep_user/report.md || fail "rep_user/report.md is not the report"
 echo PASS

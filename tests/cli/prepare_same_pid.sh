@@ -18,6 +18,6 @@ wait $a || rc_a=$?
 wait $b || rc_b=$?
 [ "$rc_a" = 0 ] && [ "$rc_b" = 0 ] || fail "exit codes $rc_a and $rc_b: $(cat task1.log task2.log)"
 "$trident" inspect shared.h5 | grep -q "every block of 4 datasets verified" || fail "shared.h5 does not verify"
-[ "$(ls)" = "$(printf 'shared.h5\ntask1.log\ntask2.log')" ] || fail "left behind: $(ls)"
+[ "$(ls -A)" = "$(printf 'shared.h5\ntask1.log\ntask2.log')" ] || fail "left behind: $(ls)"
 echo "two tasks of process id 1 wrote shared.h5 at once: both exit 0, it verifies, nothing else left"
 echo PASS

@@ -133,6 +133,24 @@ TEST_F(SetAside, ContinuingMovesOnlyLaterStepsAndAFileOfPreviousComesBack) {
   EXPECT_EQ(names("previous"), (Names{"latest", "step_0000002.h5", "step_0000004.h5"}));
 }
 
+// A run resuming from a file of previous.old (a set two starts back, left by a start interrupted
+// while it set checkpoints aside) brings it back too: retiring that set removed the file.
+TEST_F(SetAside, AFileOfPreviousOldComesBackAndIsNotRetired) {
+  file("step_0000006.h5");
+  file("previous/step_0000002.h5");
+  file("previous.old/step_0000001.h5");
+  file("previous.old/step_0000004.h5", "resumed from");
+  auto back = set_aside_other_runs(d(), 4, d() + "/previous.old/step_0000004.h5");
+  EXPECT_EQ(back.failure, "");
+  EXPECT_EQ(back.brought_back, "step_0000004.h5");
+  EXPECT_EQ(text("step_0000004.h5"), "resumed from");
+  EXPECT_EQ(back.moved, (Names{"step_0000006.h5"}));
+  EXPECT_EQ(back.replaced, (Names{"step_0000001.h5", "step_0000002.h5"}));
+  EXPECT_TRUE(back.kept_aside.empty());
+  EXPECT_EQ(names(), (Names{"previous", "step_0000004.h5"}));
+  EXPECT_EQ(names("previous"), (Names{"step_0000006.h5"}));
+}
+
 // What is in the way of the swap (a file named previous, the previous.new of an interrupted
 // start) is renamed with the time and left, never removed; the set moves.
 TEST_F(SetAside, WhatIsInTheWayIsRenamedAndLeft) {
