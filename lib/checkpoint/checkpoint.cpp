@@ -29,6 +29,7 @@
 #include "comm/progress.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
+#include "core/files.hpp"
 #include "core/hdf5.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -177,10 +178,10 @@ std::vector<std::string> step_files_in(const std::string& dir) {
 std::string sync_to_disk(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::strerror(errno);
-  const int rc = ::fsync(fd);
+  const bool synced = sync_file(fd);
   const int error = errno;
   ::close(fd);
-  return rc == 0 || error == EINVAL ? "" : std::strerror(error);
+  return synced ? "" : std::strerror(error);
 }
 
 // A rename made to last: the folder's entries to disk. A failure here finds the file committed

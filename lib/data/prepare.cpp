@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/folders.hpp"
+#include "core/files.hpp"
 #include "core/host.hpp"
 #include "core/hdf5.hpp"
 

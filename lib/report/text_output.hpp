@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/folders.hpp"
+#include "core/files.hpp"
 
 namespace trident::report {
 

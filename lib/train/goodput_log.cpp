@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/files.hpp"
 #include "core/host.hpp"
 #include "core/log.hpp"
 
@@ -41,7 +42,7 @@ bool append_line(const std::string& path, const std::string& line) {
   if (std::fseek(f, -1, SEEK_END) == 0) torn = std::fgetc(f) != '\n';
   std::fseek(f, 0, SEEK_END);
   const bool ok = std::fprintf(f, "%s%s\n", torn ? "\n" : "", line.c_str()) > 0 && std::fflush(f) == 0 &&
-                  fsync(fileno(f)) == 0;
+                  sync_file(fileno(f));
   return std::fclose(f) == 0 && ok;
 }
 }  // namespace

@@ -16,7 +16,7 @@
 
 #include "comm/world.hpp"
 #include "core/error.hpp"
-#include "core/folders.hpp"
+#include "core/files.hpp"
 #include "core/host.hpp"
 #include "core/log.hpp"
 
@@ -224,7 +224,7 @@ std::string RunFolder::checkpoints_probe() const {
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return "";  // (unusable_entry found it writable; nothing to compare otherwise)
   const bool written = write(fd, owner_.data(), owner_.size()) == static_cast<ssize_t>(owner_.size()) &&
-                       (fsync(fd) == 0 || errno == EINVAL);
+                       sync_file(fd);
   close(fd);
   if (written) return probe;
   unlink(probe.c_str());
@@ -326,7 +326,7 @@ void RunFolder::write_owner() {
   // fsync: ranks on other nodes read it next (an NFS client sends an open file's writes to the
   // server only at close or fsync).
   if (ftruncate(fd_, 0) != 0 || pwrite(fd_, owner_.data(), owner_.size(), 0) != static_cast<ssize_t>(owner_.size()) ||
-      (fsync(fd_) != 0 && errno != EINVAL)) {  // EINVAL: a file system without fsync
+      !sync_file(fd_)) {
     log::warn("run.output_dir {}: could not write the owner into {} ({})", dir_, lock_path_, std::strerror(errno));
     owner_.clear();  // nothing for the other ranks to compare
   }

@@ -1,6 +1,7 @@
-#include "core/folders.hpp"
+#include "core/files.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -30,5 +31,7 @@ void remove_made_folders(std::vector<fs::path>& made) {
   for (auto p = made.rbegin(); p != made.rend(); ++p) fs::remove(*p, ec);  // (only when empty)
   made.clear();
 }
+
+bool sync_file(int fd) { return ::fsync(fd) == 0 || errno == EINVAL; }
 
 }  // namespace trident

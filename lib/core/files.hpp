@@ -1,6 +1,7 @@
 #pragma once
-// Folders a command makes for its output, and takes back when it is refused: bad input leaves
-// nothing behind, not even the folders made for it.
+// Files and folders a command writes: the folders it makes for its output, which it takes back
+// when it is refused (bad input leaves nothing behind, not even the folders made for it), and
+// fsync.
 #include <filesystem>
 #include <system_error>
 #include <vector>
@@ -14,5 +15,9 @@ std::error_code make_folders(const std::filesystem::path& dir, std::vector<std::
 
 // Removes the folders in `made`, innermost first, those that are still empty; clears it.
 void remove_made_folders(std::vector<std::filesystem::path>& made);
+
+// fsync(fd): true when done, or when the file system has no such call (EINVAL: nothing to do);
+// errno tells why not otherwise.
+bool sync_file(int fd);
 
 }  // namespace trident
