@@ -1,15 +1,28 @@
 #include "core/files.hpp"
 
-#include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace trident {
 
 namespace fs = std::filesystem;
 
-std::error_code make_folders(const fs::path& dir, std::vector<fs::path>& made) {
+bool times_of(const fs::path& path, struct timespec times[2]) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  times[0] = st.st_atim;
+  times[1] = st.st_mtim;
+  return true;
+}
+
+void put_times_back(const fs::path& path, const struct timespec times[2]) {
+  ::utimensat(AT_FDCWD, path.c_str(), times, 0);
+}
+
+std::error_code make_folders(const fs::path& dir, MadeFolders& made) {
   std::error_code ec;
   const fs::path whole = fs::absolute(dir, ec);
   if (ec) return ec;
@@ -17,19 +30,32 @@ std::error_code make_folders(const fs::path& dir, std::vector<fs::path>& made) {
   for (const auto& part : whole) {
     p /= part;
     if (part.empty() || p == whole.root_path()) continue;  // (a trailing separator, the root)
-    if (::mkdir(p.c_str(), 0777) == 0)
-      made.push_back(p);
-    else if (const int error = errno; error != EEXIST && !fs::is_directory(p, ec))  // (an automount: stat mounts it)
+    struct timespec parent_times[2] = {};
+    const bool first = made.paths.empty() && times_of(p.parent_path(), parent_times);
+    if (::mkdir(p.c_str(), 0777) == 0) {
+      if (first) std::copy(parent_times, parent_times + 2, made.parent_times);
+      made.paths.push_back(p);
+    } else if (const int error = errno; error != EEXIST && !fs::is_directory(p, ec)) {  // (an automount: stat mounts it)
       return {error, std::generic_category()};
+    }
   }
   if (!fs::is_directory(whole, ec)) return ec ? ec : std::make_error_code(std::errc::not_a_directory);
   return {};
 }
 
-void remove_made_folders(std::vector<fs::path>& made) {
+void remove_made_folders(MadeFolders& made) {
   std::error_code ec;
-  for (auto p = made.rbegin(); p != made.rend(); ++p) fs::remove(*p, ec);  // (only when empty)
-  made.clear();
+  bool all = true;
+  for (auto p = made.paths.rbegin(); p != made.paths.rend(); ++p) all = fs::remove(*p, ec) && all;  // (only when empty)
+  if (all && !made.paths.empty() && made.parent_times[1].tv_sec != 0)
+    put_times_back(made.paths.front().parent_path(), made.parent_times);
+  made.paths.clear();
+}
+
+TimesKept::TimesKept(const fs::path& path) : path_(path) { known_ = times_of(path, times_); }
+
+TimesKept::~TimesKept() {
+  if (known_) put_times_back(path_, times_);
 }
 
 bool sync_file(int fd) { return ::fsync(fd) == 0 || errno == EINVAL; }

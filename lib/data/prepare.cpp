@@ -119,7 +119,7 @@ void write_atomically(const std::string& out_given, Fill fill) {
   if (fs::is_directory(target, ec) || out.back() == '/')
     fatal_all(fmt::format("prepare-data: --out {} is a folder; give the file to write, e.g. {}", out,
                           (target / "data.h5").lexically_normal().string()));
-  std::vector<fs::path> made;  // removed again when the conversion fails: it leaves nothing behind
+  MadeFolders made;  // removed again when the conversion fails: it leaves nothing behind
   if (target.has_parent_path())
     if (const auto error = make_folders(target.parent_path(), made)) {
       remove_made_folders(made);

@@ -65,7 +65,7 @@ inline std::vector<std::string> write_text_files(const std::string& out_dir,
   std::error_code ec;  // the error_code forms throughout: a path error is bad input, not a fault
   if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
     throw BadInput(fmt::format("report: {} is a file, not a folder to write the report into", out_dir));
-  std::vector<fs::path> made;
+  MadeFolders made;
   if (const auto error = make_folders(out_dir, made)) {
     remove_made_folders(made);
     throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, error.message()));

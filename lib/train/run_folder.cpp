@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 
 #include "comm/world.hpp"
 #include "core/error.hpp"
@@ -101,6 +102,7 @@ std::string checkpoints_problem(const std::string& dir) {
     return fmt::format("run.output_dir {}: {} is not a regular file; the run names its newest checkpoint there (move "
                        "it away)",
                        dir, (folder / "latest").string());
+  const TimesKept unchanged(folder);  // (by the probe made and removed in it)
   const std::string probe = (folder / fmt::format(".trident-write-test.{}", static_cast<long>(getpid()))).string();
   unlink(probe.c_str());  // one a run killed here left, under a process id used again (containers)
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -155,6 +157,7 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
   MPI_Comm_rank(comm, &rank);
   std::string error, stopped;
   if (rank == 0) {
+    folder->folder_times_known_ = times_of(dir, folder->folder_times_);
     if (const auto ec = make_folders(dir, folder->created_folders_)) {
       error = fmt::format("run.output_dir {}: cannot create it ({})", dir, ec.message());
     } else {
@@ -176,6 +179,8 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
     comm::agree_or_throw(comm, rank == 0 || owner.empty() ? "" : folder->seen_elsewhere(owner));
     // The same for a checkpoints folder already there, which can be a link to other storage
     // (scratch): rank 0 leaves its owner line in a probe file there for the others to read.
+    std::optional<TimesKept> unchanged;  // (the checkpoints folder, by the probe made and removed in it)
+    if (rank == 0 && !owner.empty()) unchanged.emplace(fs::path(dir) / "checkpoints");
     const std::string probe = comm::broadcast(comm, rank == 0 && !owner.empty() ? folder->checkpoints_probe() : "");
     if (!probe.empty()) {
       const std::string error = comm::first_error(comm, rank == 0 ? "" : folder->probe_unseen(probe, owner));
@@ -321,6 +326,11 @@ std::string RunFolder::lock(double requeue_lock_wait_s, const std::atomic<int>& 
 
 void RunFolder::write_owner() {
   previous_owner_ = read_file(fd_);
+  struct stat st {};
+  if ((lock_times_known_ = fstat(fd_, &st) == 0)) {
+    lock_times_[0] = st.st_atim;
+    lock_times_[1] = st.st_mtim;
+  }
   wrote_owner_ = true;
   owner_ = owner_description() + "\n";
   // fsync: ranks on other nodes read it next (an NFS client sends an open file's writes to the
@@ -340,7 +350,11 @@ void RunFolder::abandon() {
     if (ftruncate(fd_, 0) != 0 ||
         pwrite(fd_, previous_owner_.data(), previous_owner_.size(), 0) != static_cast<ssize_t>(previous_owner_.size()))
       log::warn("{}: could not restore its previous text ({})", lock_path_, std::strerror(errno));
+    else if (lock_times_known_)
+      futimens(fd_, lock_times_);
   }
+  if (folder_times_known_) put_times_back(dir_, folder_times_);  // (a lock file made and removed in it)
+  folder_times_known_ = lock_times_known_ = false;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   created_lock_file_ = wrote_owner_ = unguarded_ = false;

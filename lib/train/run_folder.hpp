@@ -24,6 +24,8 @@
 // bad input at start-up, not a failed first save after the training.
 #include <mpi.h>
 
+#include "core/files.hpp"
+
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -71,11 +73,15 @@ class RunFolder {
   // Ranks other than 0: "" when `probe` holds `owner`, else the bad-input message.
   std::string probe_unseen(const std::string& probe, const std::string& owner) const;
   std::string dir_, lock_path_;
-  std::vector<std::filesystem::path> created_folders_;  // the folders claim() made, outermost first
+  MadeFolders created_folders_;  // the folders claim() made
   bool created_lock_file_ = false;
   bool wrote_owner_ = false;     // this run holds the lock and wrote its owner line
   bool unguarded_ = false;       // the file system refused locks: the run goes on without one
   std::string previous_owner_;  // the lock file's text before that
+  // The times of the lock file and of the run folder before this run wrote to them (put back by
+  // a refused start: it leaves no trace); known_times_ says which were read.
+  struct timespec lock_times_[2] = {}, folder_times_[2] = {};
+  bool lock_times_known_ = false, folder_times_known_ = false;
   std::string owner_;           // rank 0: the owner line it wrote ("" if it could not)
   int fd_ = -1;  // rank 0: the open, locked lock file
 };

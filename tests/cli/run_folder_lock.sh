@@ -83,16 +83,23 @@ refused_into() {  # WHAT OUTPUT_DIR REGEX
   refused "$1" "$1.log" "$rc"
   grep -Eq "$3" "$1.log" || fail "$1: no message matching /$3/"
 }
+runs_time=$(stat -c %.9Y runs)
 refused_into too_long "runs/part/a/$(printf 'x%.0s' $(seq 300))" "run.output_dir runs/part/a/x+: cannot create it \(File name too long\)"
 [ ! -e runs/part ] || fail "too_long: it left $(find runs/part) behind"
 refused_into dots runs/dots/x/../run "optim.global_batch = 64"
 [ ! -e runs/dots ] || fail "dots: it left $(find runs/dots) behind"
+[ "$(stat -c %.9Y runs)" = "$runs_time" ] || fail "the refused starts changed the time of runs/, where they made their folders"
 # An earlier run's lock file is put back as it was, however long its text (it was cut to 511 bytes).
 printf 'notes of the user, %.0s' $(seq 50) >>runs/shared/.trident-lock
 lock_before=$(md5sum <runs/shared/.trident-lock)
+# (and the times: of the lock file, of the folder and of its checkpoints folder, where the start
+# made and removed its probe files)
+times() { find runs/shared -printf '%p %T@\n' | sort; }
+times_before=$(times)
 refused_into lock_text runs/shared "optim.global_batch = 64"
 [ "$(md5sum <runs/shared/.trident-lock)" = "$lock_before" ] || fail "lock_text: the lock file's text changed"
-echo "refused starts left no folder (a name too long, a path through x/..) and an earlier lock file's text whole"
+[ "$(times)" = "$times_before" ] || fail "lock_text: times changed: $(diff <(echo "$times_before") <(times))"
+echo "refused starts left no folder (a name too long, a path through x/..), an earlier lock file's text whole, and every time as it was"
 
 # ---- 4. a checkpoints folder a run could not save into is refused before training, not at the
 # first save after the run's work: a link to a folder that is missing, a `latest` that is a
