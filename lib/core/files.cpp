@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cerrno>
 
 namespace trident {
@@ -30,10 +31,14 @@ std::error_code make_folders(const fs::path& dir, MadeFolders& made) {
   for (const auto& part : whole) {
     p /= part;
     if (part.empty() || p == whole.root_path()) continue;  // (a trailing separator, the root)
-    struct timespec parent_times[2] = {};
-    const bool first = made.paths.empty() && times_of(p.parent_path(), parent_times);
+    struct timespec before[2] = {}, after[2] = {};
+    const bool first = made.paths.empty() && times_of(p.parent_path(), before);
     if (::mkdir(p.c_str(), 0777) == 0) {
-      if (first) std::copy(parent_times, parent_times + 2, made.parent_times);
+      if (first && times_of(p.parent_path(), after)) {
+        made.parent_times_known = true;
+        std::copy(before, before + 2, made.parent_times);
+        made.parent_mtime_after = after[1];
+      }
       made.paths.push_back(p);
     } else if (const int error = errno; error != EEXIST && !fs::is_directory(p, ec)) {  // (an automount: stat mounts it)
       return {error, std::generic_category()};
@@ -46,10 +51,18 @@ std::error_code make_folders(const fs::path& dir, MadeFolders& made) {
 void remove_made_folders(MadeFolders& made) {
   std::error_code ec;
   bool all = true;
-  for (auto p = made.paths.rbegin(); p != made.paths.rend(); ++p) all = fs::remove(*p, ec) && all;  // (only when empty)
-  if (all && !made.paths.empty() && made.parent_times[1].tv_sec != 0)
-    put_times_back(made.paths.front().parent_path(), made.parent_times);
+  for (auto p = made.paths.rbegin(); p != made.paths.rend(); ++p) {  // (only when empty)
+    const bool outermost = std::next(p) == made.paths.rend();
+    struct timespec now[2] = {};
+    // The folder it is in, changed by nothing but this process since: its times go back.
+    const bool unchanged = outermost && all && made.parent_times_known && times_of(p->parent_path(), now) &&
+                           now[1].tv_sec == made.parent_mtime_after.tv_sec &&
+                           now[1].tv_nsec == made.parent_mtime_after.tv_nsec;
+    all = fs::remove(*p, ec) && all;
+    if (unchanged && all) put_times_back(p->parent_path(), made.parent_times);
+  }
   made.paths.clear();
+  made.parent_times_known = false;
 }
 
 TimesKept::TimesKept(const fs::path& path) : path_(path) { known_ = times_of(path, times_); }

@@ -11,10 +11,13 @@
 namespace trident {
 
 // What make_folders made: the folders, outermost first, and the times the folder it made the
-// outermost in had before (put back when they are removed).
+// outermost in had before, and its modification time just after (put back when they are removed,
+// unless something else changed that folder in between: a sibling task's folder, say).
 struct MadeFolders {
   std::vector<std::filesystem::path> paths;
+  bool parent_times_known = false;
   struct timespec parent_times[2] = {};
+  struct timespec parent_mtime_after = {};
 };
 
 // Makes `dir` and the folders above it that are missing, one at a time along the path as it is
@@ -23,7 +26,8 @@ struct MadeFolders {
 std::error_code make_folders(const std::filesystem::path& dir, MadeFolders& made);
 
 // Removes the folders in `made`, innermost first, those that are still empty, and when all are
-// gone puts back the times of the folder they were made in; clears `made`.
+// gone puts back the times of the folder they were made in (when nothing else changed it
+// meanwhile); clears `made`.
 void remove_made_folders(MadeFolders& made);
 
 // The access and modification times of `path` (false when it cannot be read), and putting them
@@ -32,7 +36,8 @@ bool times_of(const std::filesystem::path& path, struct timespec times[2]);
 void put_times_back(const std::filesystem::path& path, const struct timespec times[2]);
 
 // The access and modification times of a file or folder as they are at construction, put back at
-// destruction: a probe file made and removed in a folder does not show as a change to it.
+// destruction: a probe file made and removed in a folder does not show as a change to it. Only
+// for a folder no other process changes meanwhile (a run folder under this run's lock).
 class TimesKept {
  public:
   explicit TimesKept(const std::filesystem::path& path);

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -105,7 +106,7 @@ fs::path through_links(const std::string& out) {
   return path;
 }
 
-// Creates OUT.tmp with /train and /test, lets `fill` write, then renames over OUT, so a failed
+// Creates a temporary file beside OUT with /train and /test, lets `fill` write, then renames over OUT, so a failed
 // conversion never leaves a half-written dataset under the real name. An OUT that is a symbolic
 // link is written through: the file it points to is replaced, not the link.
 template <typename Fill>
@@ -119,6 +120,10 @@ void write_atomically(const std::string& out_given, Fill fill) {
   if (fs::is_directory(target, ec) || out.back() == '/')
     fatal_all(fmt::format("prepare-data: --out {} is a folder; give the file to write, e.g. {}", out,
                           (target / "data.h5").lexically_normal().string()));
+  // A file name longer than the file system takes is found before anything is made or converted.
+  if (const auto name = target.filename().string(); name.size() > NAME_MAX)
+    fatal_all(fmt::format("prepare-data: --out {}: its file name is {} bytes, more than a file name may have ({})", out,
+                          name.size(), NAME_MAX));
   MadeFolders made;  // removed again when the conversion fails: it leaves nothing behind
   if (target.has_parent_path())
     if (const auto error = make_folders(target.parent_path(), made)) {
@@ -131,10 +136,10 @@ void write_atomically(const std::string& out_given, Fill fill) {
   // Its host, process id and a random part name it (process ids repeat across nodes, and every
   // container's first process is 1), and it is created only if new: a process writes and removes
   // only its own.
-  // In OUT's folder, named apart from OUT (a name OUT's length plus the suffix is over a file
-  // name's 255 bytes when OUT's is long).
-  const fs::path tmp_name = fmt::format(".trident-prepare.{}.{}.{:08x}.tmp", host_name().substr(0, 64),
-                                        static_cast<long>(getpid()), std::random_device{}());
+  // In OUT's folder, named after OUT's first 100 bytes (all of it would be over a file name's
+  // limit with the suffix for a long OUT).
+  const fs::path tmp_name = fmt::format("{}.tmp.{}.{}.{:08x}", target.filename().string().substr(0, 100),
+                                        host_name().substr(0, 64), static_cast<long>(getpid()), std::random_device{}());
   const std::string tmp = (target.has_parent_path() ? target.parent_path() / tmp_name : tmp_name).string();
   // HDF5 can fail after creating the file (a lock it cannot take): a name that was not there is ours.
   std::error_code exists_error;

@@ -5,7 +5,7 @@
 
 namespace trident::data {
 
-// The IDX files of Debian's dataset-fashion-mnist (gzip) -> HDF5. Written to OUT.tmp, renamed.
+// The IDX files of Debian's dataset-fashion-mnist (gzip) -> HDF5. Written to a temporary file beside OUT, then renamed.
 void prepare_fashion_mnist(const std::string& source_dir, const std::string& out);
 
 // A learnable synthetic classification set: `classes` random prototypes of shape

@@ -436,15 +436,16 @@ std::string study_svg(const Study& study) {
 }
 
 std::string timeline_file(const Study& study, const StudyRun& run) {
-  std::string name = relative_dir(study, run.file);
+  const std::string relative = relative_dir(study, run.file);
+  std::string name = relative;
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
   // A file name holds 255 bytes: a run folder's long relative path keeps its start and a hash of
-  // the whole (FNV-1a), which tells the runs apart.
+  // the path (FNV-1a), which tells the runs apart.
   constexpr size_t kKept = 180;
   if (name.size() > kKept) {
     uint64_t hash = 1469598103934665603ull;
-    for (const unsigned char c : name) hash = (hash ^ c) * 1099511628211ull;
+    for (const unsigned char c : relative) hash = (hash ^ c) * 1099511628211ull;  // (a/b and a_b differ)
     name = fmt::format("{}_{:016x}", name.substr(0, kKept), hash);
   }
   return "timeline_" + name + ".svg";

@@ -1,12 +1,15 @@
 #pragma once
 // What the `trident report` writers share (study.cpp, goodput.cpp, sweep.cpp): XML escaping for
 // SVG, CSV quoting, round axis steps, and writing the files out.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <cerrno>
 #include <fstream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,16 +82,28 @@ inline std::vector<std::string> write_text_files(const std::string& out_dir,
   };
   for (const auto& [name, text] : files) {
     paths.push_back((fs::path(out_dir) / name).string());
-    // A name nothing has (a user's file or folder named report.csv.tmp is not this one's).
-    std::string tmp = fmt::format("{}.tmp.{}", paths.back(), static_cast<long>(getpid()));
-    for (int n = 1; fs::exists(fs::symlink_status(tmp, ec)); ++n)
-      tmp = fmt::format("{}.tmp.{}.{}", paths.back(), static_cast<long>(getpid()), n);
-    std::ofstream out(tmp);
-    if (out.is_open()) tmps.push_back(tmp);
-    out << text;
-    out.close();
+    // A name nothing has, made only if new (a user's report.csv.tmp, another report's temporary
+    // file into the same folder, a process of the same id in another container, are not this one's).
+    std::random_device random;
+    int fd = -1;
+    std::string tmp;
+    for (int tries = 0; fd < 0 && tries < 100; ++tries) {
+      tmp = fmt::format("{}.tmp.{}.{:08x}", paths.back(), static_cast<long>(getpid()), random());
+      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0 && errno != EEXIST) break;
+    }
+    bool written = fd >= 0;
+    if (written) {
+      tmps.push_back(tmp);
+      for (size_t done = 0; written && done < text.size();) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        written = n > 0 || (n < 0 && errno == EINTR);
+        if (n > 0) done += static_cast<size_t>(n);
+      }
+      written = ::close(fd) == 0 && written;
+    }
     const bool folder = fs::is_directory(paths.back(), ec);
-    if (!out || folder)
+    if (!written || folder)
       give_up(fmt::format("report: cannot write {}{}", paths.back(), folder ? ": a folder has its name" : ""));
   }
   // Every file written before any replaces its old copy: one that cannot be written leaves none.

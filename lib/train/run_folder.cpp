@@ -89,7 +89,7 @@ std::string ended_holder(const std::string& owner) {
 // of an earlier run): it must take a new file, and `latest` in it must be a file. Found only at
 // the first save, the run's work so far would be lost, and a requeued job would repeat it. (A
 // folder still to be made goes where the lock file was just written.)
-std::string checkpoints_problem(const std::string& dir) {
+std::string checkpoints_problem(const std::string& dir, bool locked) {
   const fs::path folder = fs::path(dir) / "checkpoints";
   std::error_code ec;
   if (fs::is_symlink(fs::symlink_status(folder, ec)) && !fs::exists(folder, ec))
@@ -102,7 +102,8 @@ std::string checkpoints_problem(const std::string& dir) {
     return fmt::format("run.output_dir {}: {} is not a regular file; the run names its newest checkpoint there (move "
                        "it away)",
                        dir, (folder / "latest").string());
-  const TimesKept unchanged(folder);  // (by the probe made and removed in it)
+  std::optional<TimesKept> unchanged;  // (by the probe made and removed in it; no one else writes there meanwhile)
+  if (locked) unchanged.emplace(folder);
   const std::string probe = (folder / fmt::format(".trident-write-test.{}", static_cast<long>(getpid()))).string();
   unlink(probe.c_str());  // one a run killed here left, under a process id used again (containers)
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -117,7 +118,7 @@ std::string checkpoints_problem(const std::string& dir) {
 
 // A run writes these names into its folder; one of the wrong kind there (a file where the
 // checkpoints folder goes) would fail only at the first save or the end, after the run's work.
-std::string unusable_entry(const std::string& dir) {
+std::string unusable_entry(const std::string& dir, bool locked) {
   const std::pair<const char*, fs::file_type> expected[] = {{"checkpoints", fs::file_type::directory},
                                                             {"metrics.jsonl", fs::file_type::regular},
                                                             {"report.json", fs::file_type::regular},
@@ -131,7 +132,7 @@ std::string unusable_entry(const std::string& dir) {
                          dir, name, type == fs::file_type::directory ? "folder" : "regular file",
                          type == fs::file_type::directory ? "checkpoints" : "records");
   }
-  return checkpoints_problem(dir);
+  return checkpoints_problem(dir, locked);
 }
 
 }  // namespace
@@ -162,7 +163,7 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
       error = fmt::format("run.output_dir {}: cannot create it ({})", dir, ec.message());
     } else {
       error = folder->lock(requeue_lock_wait_s, stop_signal, stopped);
-      if (error.empty() && stopped.empty()) error = unusable_entry(dir);
+      if (error.empty() && stopped.empty()) error = unusable_entry(dir, folder->locked());
     }
     // Refused: what this attempt created goes again (the owner's files are untouched).
     if (!error.empty() || !stopped.empty()) folder->abandon();
@@ -180,7 +181,7 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
     // The same for a checkpoints folder already there, which can be a link to other storage
     // (scratch): rank 0 leaves its owner line in a probe file there for the others to read.
     std::optional<TimesKept> unchanged;  // (the checkpoints folder, by the probe made and removed in it)
-    if (rank == 0 && !owner.empty()) unchanged.emplace(fs::path(dir) / "checkpoints");
+    if (rank == 0 && !owner.empty() && folder->locked()) unchanged.emplace(fs::path(dir) / "checkpoints");
     const std::string probe = comm::broadcast(comm, rank == 0 && !owner.empty() ? folder->checkpoints_probe() : "");
     if (!probe.empty()) {
       const std::string error = comm::first_error(comm, rank == 0 ? "" : folder->probe_unseen(probe, owner));
@@ -325,12 +326,12 @@ std::string RunFolder::lock(double requeue_lock_wait_s, const std::atomic<int>& 
 }
 
 void RunFolder::write_owner() {
-  previous_owner_ = read_file(fd_);
-  struct stat st {};
+  struct stat st {};  // (before the text is read, which can set its access time)
   if ((lock_times_known_ = fstat(fd_, &st) == 0)) {
     lock_times_[0] = st.st_atim;
     lock_times_[1] = st.st_mtim;
   }
+  previous_owner_ = read_file(fd_);
   wrote_owner_ = true;
   owner_ = owner_description() + "\n";
   // fsync: ranks on other nodes read it next (an NFS client sends an open file's writes to the
@@ -344,6 +345,9 @@ void RunFolder::write_owner() {
 
 void RunFolder::abandon() {
   std::error_code ec;
+  // (The run folder's times go back only for a lock file this run made and removed there, under
+  // its lock: no other run wrote there meanwhile.)
+  const bool folder_unchanged = created_lock_file_ && wrote_owner_ && !unguarded_;
   if (created_lock_file_ && (wrote_owner_ || unguarded_)) {
     fs::remove(lock_path_, ec);  // made by this run and still locked by it: no one else uses it
   } else if (wrote_owner_ && !unguarded_) {  // an earlier run's lock file: its text as it was (unlocked, it may be a live run's)
@@ -353,7 +357,7 @@ void RunFolder::abandon() {
     else if (lock_times_known_)
       futimens(fd_, lock_times_);
   }
-  if (folder_times_known_) put_times_back(dir_, folder_times_);  // (a lock file made and removed in it)
+  if (folder_times_known_ && folder_unchanged) put_times_back(dir_, folder_times_);
   folder_times_known_ = lock_times_known_ = false;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;

@@ -40,7 +40,7 @@ HDF5_USE_FILE_LOCKING=TRUE LD_PRELOAD=$shim "$trident" prepare-data synthetic --
 rc=$?
 set -e
 [ "$rc" = 2 ] && grep -q "No locks available" forced.log || fail "HDF5_USE_FILE_LOCKING=TRUE: exit $rc ($(cat forced.log))"
-[ -z "$(ls | grep '^forced\.h5')" ] || fail "HDF5_USE_FILE_LOCKING=TRUE: the failed prepare-data left $(ls | grep '^forced\.h5')"
+[ -z "$(ls -A | grep '^forced\.h5')" ] || fail "HDF5_USE_FILE_LOCKING=TRUE: the failed prepare-data left $(ls | grep '^forced\.h5')"
 set +e
 HDF5_USE_FILE_LOCKING=TRUE "$mpiexec" -n 2 -genv LD_PRELOAD "$shim" "$trident" train "${args[@]}" --set run.max_steps=8 \
   >forced_train.log 2>&1

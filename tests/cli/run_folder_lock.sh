@@ -99,6 +99,13 @@ times_before=$(times)
 refused_into lock_text runs/shared "optim.global_batch = 64"
 [ "$(md5sum <runs/shared/.trident-lock)" = "$lock_before" ] || fail "lock_text: the lock file's text changed"
 [ "$(times)" = "$times_before" ] || fail "lock_text: times changed: $(diff <(echo "$times_before") <(times))"
+# The same in a run folder without a lock file: the one the start made there is removed, and the
+# folder's time put back.
+cp -r runs/shared runs/unlocked && rm runs/unlocked/.trident-lock
+times_before=$(find runs/unlocked -printf '%p %T@\n' | sort)
+refused_into unlocked runs/unlocked "optim.global_batch = 64"
+[ ! -e runs/unlocked/.trident-lock ] || fail "unlocked: the refused start left its lock file"
+[ "$(find runs/unlocked -printf '%p %T@\n' | sort)" = "$times_before" ] || fail "unlocked: times changed"
 echo "refused starts left no folder (a name too long, a path through x/..), an earlier lock file's text whole, and every time as it was"
 
 # ---- 4. a checkpoints folder a run could not save into is refused before training, not at the
