@@ -11,12 +11,23 @@ namespace trident {
 
 namespace fs = std::filesystem;
 
-bool times_of(const fs::path& path, struct timespec times[2]) {
+namespace {
+bool times_and_links_of(const fs::path& path, struct timespec times[2], nlink_t& links) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return false;
   times[0] = st.st_atim;
   times[1] = st.st_mtim;
+  links = st.st_nlink;
   return true;
+}
+bool same_time(const struct timespec& a, const struct timespec& b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+}  // namespace
+
+bool times_of(const fs::path& path, struct timespec times[2]) {
+  nlink_t links = 0;
+  return times_and_links_of(path, times, links);
 }
 
 void put_times_back(const fs::path& path, const struct timespec times[2]) {
@@ -32,12 +43,15 @@ std::error_code make_folders(const fs::path& dir, MadeFolders& made) {
     p /= part;
     if (part.empty() || p == whole.root_path()) continue;  // (a trailing separator, the root)
     struct timespec before[2] = {}, after[2] = {};
-    const bool first = made.paths.empty() && times_of(p.parent_path(), before);
+    nlink_t links_before = 0, links_after = 0;
+    const bool first = made.paths.empty() && times_and_links_of(p.parent_path(), before, links_before);
     if (::mkdir(p.c_str(), 0777) == 0) {
-      if (first && times_of(p.parent_path(), after)) {
+      // Known when this mkdir alone changed the folder (one link more: no sibling made meanwhile).
+      if (first && times_and_links_of(p.parent_path(), after, links_after) && links_after == links_before + 1) {
         made.parent_times_known = true;
         std::copy(before, before + 2, made.parent_times);
         made.parent_mtime_after = after[1];
+        made.parent_links_after = links_after;
       }
       made.paths.push_back(p);
     } else if (const int error = errno; error != EEXIST && !fs::is_directory(p, ec)) {  // (an automount: stat mounts it)
@@ -54,10 +68,11 @@ void remove_made_folders(MadeFolders& made) {
   for (auto p = made.paths.rbegin(); p != made.paths.rend(); ++p) {  // (only when empty)
     const bool outermost = std::next(p) == made.paths.rend();
     struct timespec now[2] = {};
+    nlink_t links = 0;
     // The folder it is in, changed by nothing but this process since: its times go back.
-    const bool unchanged = outermost && all && made.parent_times_known && times_of(p->parent_path(), now) &&
-                           now[1].tv_sec == made.parent_mtime_after.tv_sec &&
-                           now[1].tv_nsec == made.parent_mtime_after.tv_nsec;
+    const bool unchanged = outermost && all && made.parent_times_known &&
+                           times_and_links_of(p->parent_path(), now, links) &&
+                           same_time(now[1], made.parent_mtime_after) && links == made.parent_links_after;
     all = fs::remove(*p, ec) && all;
     if (unchanged && all) put_times_back(p->parent_path(), made.parent_times);
   }

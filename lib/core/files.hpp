@@ -18,6 +18,7 @@ struct MadeFolders {
   bool parent_times_known = false;
   struct timespec parent_times[2] = {};
   struct timespec parent_mtime_after = {};
+  nlink_t parent_links_after = 0;  // (a sibling folder made in the same clock tick adds a link)
 };
 
 // Makes `dir` and the folders above it that are missing, one at a time along the path as it is

@@ -138,8 +138,12 @@ void write_atomically(const std::string& out_given, Fill fill) {
   // only its own.
   // In OUT's folder, named after OUT's first 100 bytes (all of it would be over a file name's
   // limit with the suffix for a long OUT).
-  const fs::path tmp_name = fmt::format("{}.tmp.{}.{}.{:08x}", target.filename().string().substr(0, 100),
-                                        host_name().substr(0, 64), static_cast<long>(getpid()), std::random_device{}());
+  const std::string name = target.filename().string();
+  size_t kept = std::min<size_t>(name.size(), 100);
+  while (kept > 0 && kept < name.size() && (static_cast<unsigned char>(name[kept]) & 0xC0) == 0x80)
+    --kept;  // (not inside a UTF-8 character)
+  const fs::path tmp_name = fmt::format("{}.tmp.{}.{}.{:08x}", name.substr(0, kept), host_name().substr(0, 64),
+                                        static_cast<long>(getpid()), std::random_device{}());
   const std::string tmp = (target.has_parent_path() ? target.parent_path() / tmp_name : tmp_name).string();
   // HDF5 can fail after creating the file (a lock it cannot take): a name that was not there is ours.
   std::error_code exists_error;

@@ -440,13 +440,13 @@ std::string timeline_file(const Study& study, const StudyRun& run) {
   std::string name = relative;
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
-  // A file name holds 255 bytes: a run folder's long relative path keeps its start and a hash of
-  // the path (FNV-1a), which tells the runs apart.
+  // A path that is not a plain name (pp2/1f1b and pp2_1f1b would share one picture) or is long (a
+  // file name holds 255 bytes) gets a hash of the path (FNV-1a), and a long one only its start.
   constexpr size_t kKept = 180;
-  if (name.size() > kKept) {
+  if (name != relative || name.size() > kKept) {
     uint64_t hash = 1469598103934665603ull;
     for (const unsigned char c : relative) hash = (hash ^ c) * 1099511628211ull;  // (a/b and a_b differ)
-    name = fmt::format("{}_{:016x}", name.substr(0, kKept), hash);
+    name = fmt::format("{}_{:016x}", name.substr(0, std::min(name.size(), kKept)), hash);
   }
   return "timeline_" + name + ".svg";
 }

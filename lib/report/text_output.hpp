@@ -74,6 +74,7 @@ inline std::vector<std::string> write_text_files(const std::string& out_dir,
     throw BadInput(fmt::format("report: cannot create {}: {}", out_dir, error.message()));
   }
   std::vector<std::string> paths, tmps;
+  std::random_device random;  // (made before any file: it can throw)
   const auto give_up = [&](const std::string& why) {
     std::error_code ignored;
     for (const auto& tmp : tmps) fs::remove(tmp, ignored);
@@ -84,12 +85,11 @@ inline std::vector<std::string> write_text_files(const std::string& out_dir,
     paths.push_back((fs::path(out_dir) / name).string());
     // A name nothing has, made only if new (a user's report.csv.tmp, another report's temporary
     // file into the same folder, a process of the same id in another container, are not this one's).
-    std::random_device random;
     int fd = -1;
     std::string tmp;
     for (int tries = 0; fd < 0 && tries < 100; ++tries) {
       tmp = fmt::format("{}.tmp.{}.{:08x}", paths.back(), static_cast<long>(getpid()), random());
-      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // (less the umask)
       if (fd < 0 && errno != EEXIST) break;
     }
     bool written = fd >= 0;

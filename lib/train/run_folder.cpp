@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -158,7 +159,6 @@ std::unique_ptr<RunFolder> RunFolder::claim(const std::string& dir, MPI_Comm com
   MPI_Comm_rank(comm, &rank);
   std::string error, stopped;
   if (rank == 0) {
-    folder->folder_times_known_ = times_of(dir, folder->folder_times_);
     if (const auto ec = make_folders(dir, folder->created_folders_)) {
       error = fmt::format("run.output_dir {}: cannot create it ({})", dir, ec.message());
     } else {
@@ -259,11 +259,17 @@ std::string RunFolder::lock(double requeue_lock_wait_s, const std::atomic<int>& 
   for (int attempt = 0; attempt < 5;) {
     std::error_code ec;
     created_lock_file_ = !fs::exists(lock_path_, ec);
+    struct timespec before[2] = {}, after[2] = {};  // the folder's, around the lock file's creation
+    const bool before_known = created_lock_file_ && times_of(dir_, before);
     // O_CLOEXEC: a child process must not hold on to the lock after this run ends.
     fd_ = open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0)
       return fmt::format("run.output_dir {}: cannot create its lock file {} ({})", dir_, lock_path_,
                          std::strerror(errno));
+    if ((folder_times_known_ = before_known && times_of(dir_, after))) {
+      std::copy(before, before + 2, folder_times_);
+      folder_mtime_after_ = after[1];
+    }
     struct flock whole {};
     whole.l_type = F_WRLCK;
     whole.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
@@ -345,9 +351,12 @@ void RunFolder::write_owner() {
 
 void RunFolder::abandon() {
   std::error_code ec;
-  // (The run folder's times go back only for a lock file this run made and removed there, under
-  // its lock: no other run wrote there meanwhile.)
-  const bool folder_unchanged = created_lock_file_ && wrote_owner_ && !unguarded_;
+  // The run folder's times go back only for a lock file this run made and removed there under its
+  // lock, when nothing else changed the folder since (its time is still the one just after).
+  struct timespec now[2] = {};
+  const bool folder_unchanged = created_lock_file_ && wrote_owner_ && !unguarded_ && folder_times_known_ &&
+                                times_of(dir_, now) && now[1].tv_sec == folder_mtime_after_.tv_sec &&
+                                now[1].tv_nsec == folder_mtime_after_.tv_nsec;
   if (created_lock_file_ && (wrote_owner_ || unguarded_)) {
     fs::remove(lock_path_, ec);  // made by this run and still locked by it: no one else uses it
   } else if (wrote_owner_ && !unguarded_) {  // an earlier run's lock file: its text as it was (unlocked, it may be a live run's)
@@ -357,7 +366,7 @@ void RunFolder::abandon() {
     else if (lock_times_known_)
       futimens(fd_, lock_times_);
   }
-  if (folder_times_known_ && folder_unchanged) put_times_back(dir_, folder_times_);
+  if (folder_unchanged) put_times_back(dir_, folder_times_);
   folder_times_known_ = lock_times_known_ = false;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
