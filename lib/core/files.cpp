@@ -3,9 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <iterator>
 #include <cerrno>
+#include <iterator>
 
 namespace trident {
 
@@ -23,15 +22,32 @@ bool times_and_links_of(const fs::path& path, struct timespec times[2], nlink_t&
 bool same_time(const struct timespec& a, const struct timespec& b) {
   return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
-}  // namespace
-
-bool times_of(const fs::path& path, struct timespec times[2]) {
-  nlink_t links = 0;
-  return times_and_links_of(path, times, links);
-}
-
 void put_times_back(const fs::path& path, const struct timespec times[2]) {
   ::utimensat(AT_FDCWD, path.c_str(), times, 0);
+}
+}  // namespace
+
+void FolderChange::before(const fs::path& folder) {
+  folder_ = folder;
+  known_ = false;
+  before_known_ = times_and_links_of(folder_, times_, links_before_);
+}
+
+void FolderChange::after(bool made_a_folder) {
+  struct timespec now[2] = {};
+  known_ = before_known_ && times_and_links_of(folder_, now, links_after_) &&
+           links_after_ == links_before_ + (made_a_folder ? 1 : 0);
+  mtime_after_ = now[1];
+}
+
+bool FolderChange::unchanged() const {
+  struct timespec now[2] = {};
+  nlink_t links = 0;
+  return known_ && times_and_links_of(folder_, now, links) && same_time(now[1], mtime_after_) && links == links_after_;
+}
+
+void FolderChange::put_back() const {
+  if (known_) put_times_back(folder_, times_);
 }
 
 std::error_code make_folders(const fs::path& dir, MadeFolders& made) {
@@ -42,17 +58,10 @@ std::error_code make_folders(const fs::path& dir, MadeFolders& made) {
   for (const auto& part : whole) {
     p /= part;
     if (part.empty() || p == whole.root_path()) continue;  // (a trailing separator, the root)
-    struct timespec before[2] = {}, after[2] = {};
-    nlink_t links_before = 0, links_after = 0;
-    const bool first = made.paths.empty() && times_and_links_of(p.parent_path(), before, links_before);
+    const bool first = made.paths.empty();
+    if (first) made.parent.before(p.parent_path());
     if (::mkdir(p.c_str(), 0777) == 0) {
-      // Known when this mkdir alone changed the folder (one link more: no sibling made meanwhile).
-      if (first && times_and_links_of(p.parent_path(), after, links_after) && links_after == links_before + 1) {
-        made.parent_times_known = true;
-        std::copy(before, before + 2, made.parent_times);
-        made.parent_mtime_after = after[1];
-        made.parent_links_after = links_after;
-      }
+      if (first) made.parent.after(/*made_a_folder=*/true);
       made.paths.push_back(p);
     } else if (const int error = errno; error != EEXIST && !fs::is_directory(p, ec)) {  // (an automount: stat mounts it)
       return {error, std::generic_category()};
@@ -66,21 +75,17 @@ void remove_made_folders(MadeFolders& made) {
   std::error_code ec;
   bool all = true;
   for (auto p = made.paths.rbegin(); p != made.paths.rend(); ++p) {  // (only when empty)
-    const bool outermost = std::next(p) == made.paths.rend();
-    struct timespec now[2] = {};
-    nlink_t links = 0;
-    // The folder it is in, changed by nothing but this process since: its times go back.
-    const bool unchanged = outermost && all && made.parent_times_known &&
-                           times_and_links_of(p->parent_path(), now, links) &&
-                           same_time(now[1], made.parent_mtime_after) && links == made.parent_links_after;
+    const bool unchanged = std::next(p) == made.paths.rend() && all && made.parent.unchanged();  // (the outermost)
     all = fs::remove(*p, ec) && all;
-    if (unchanged && all) put_times_back(p->parent_path(), made.parent_times);
+    if (unchanged && all) made.parent.put_back();
   }
-  made.paths.clear();
-  made.parent_times_known = false;
+  made = MadeFolders();
 }
 
-TimesKept::TimesKept(const fs::path& path) : path_(path) { known_ = times_of(path, times_); }
+TimesKept::TimesKept(const fs::path& path) : path_(path) {
+  nlink_t links = 0;
+  known_ = times_and_links_of(path, times_, links);
+}
 
 TimesKept::~TimesKept() {
   if (known_) put_times_back(path_, times_);

@@ -10,15 +10,28 @@
 
 namespace trident {
 
-// What make_folders made: the folders, outermost first, and the times the folder it made the
-// outermost in had before, and its modification time just after (put back when they are removed,
-// unless something else changed that folder in between: a sibling task's folder, say).
+// A folder's times around one entry this process makes in it and may remove again (the folder
+// made for a run, a run folder's lock file): put back after the removal only when nothing else
+// changed the folder in between (its modification time and link count still the ones just after
+// the entry was made: a sibling task's folder made in the same clock tick adds a link).
+class FolderChange {
+ public:
+  void before(const std::filesystem::path& folder);  // just before the entry is made
+  void after(bool made_a_folder);                     // just after (a folder adds a link)
+  bool unchanged() const;                             // just before the entry is removed
+  void put_back() const;                              // just after it is removed
+ private:
+  std::filesystem::path folder_;
+  bool before_known_ = false, known_ = false;
+  struct timespec times_[2] = {}, mtime_after_ = {};
+  nlink_t links_before_ = 0, links_after_ = 0;
+};
+
+// What make_folders made: the folders, outermost first, and the times of the folder it made the
+// outermost in.
 struct MadeFolders {
   std::vector<std::filesystem::path> paths;
-  bool parent_times_known = false;
-  struct timespec parent_times[2] = {};
-  struct timespec parent_mtime_after = {};
-  nlink_t parent_links_after = 0;  // (a sibling folder made in the same clock tick adds a link)
+  FolderChange parent;
 };
 
 // Makes `dir` and the folders above it that are missing, one at a time along the path as it is
@@ -27,14 +40,8 @@ struct MadeFolders {
 std::error_code make_folders(const std::filesystem::path& dir, MadeFolders& made);
 
 // Removes the folders in `made`, innermost first, those that are still empty, and when all are
-// gone puts back the times of the folder they were made in (when nothing else changed it
-// meanwhile); clears `made`.
+// gone puts back the times of the folder they were made in (FolderChange); clears `made`.
 void remove_made_folders(MadeFolders& made);
-
-// The access and modification times of `path` (false when it cannot be read), and putting them
-// back.
-bool times_of(const std::filesystem::path& path, struct timespec times[2]);
-void put_times_back(const std::filesystem::path& path, const struct timespec times[2]);
 
 // The access and modification times of a file or folder as they are at construction, put back at
 // destruction: a probe file made and removed in a folder does not show as a change to it. Only

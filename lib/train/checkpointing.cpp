@@ -349,8 +349,8 @@ std::string tidy_checkpoints_folder(const std::string& dir, int64_t start_step, 
     // Left in place, a requeue before this run's first save (--resume auto) would resume from them.
     if (!aside.failure.empty())  // (before the unfinished saves are removed: a refused start changes nothing)
       return fmt::format("the checkpoints in {} of another run could not be set aside ({}); a requeue of this run "
-                            "would resume from them. Make the folder's files movable and start again",
-                            dir, aside.failure);
+                         "would resume from them. Make the folder's files movable and start again",
+                         dir, aside.failure);
   }
   // Unguarded (no locks on this file system), an unfinished save may be another live run's.
   // Not the file this run resumes from, were it one of them (--resume naming a .tmp the user salvages).

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -259,17 +258,13 @@ std::string RunFolder::lock(double requeue_lock_wait_s, const std::atomic<int>& 
   for (int attempt = 0; attempt < 5;) {
     std::error_code ec;
     created_lock_file_ = !fs::exists(lock_path_, ec);
-    struct timespec before[2] = {}, after[2] = {};  // the folder's, around the lock file's creation
-    const bool before_known = created_lock_file_ && times_of(dir_, before);
+    if (created_lock_file_) lock_file_made_.before(dir_);
     // O_CLOEXEC: a child process must not hold on to the lock after this run ends.
     fd_ = open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0)
       return fmt::format("run.output_dir {}: cannot create its lock file {} ({})", dir_, lock_path_,
                          std::strerror(errno));
-    if ((folder_times_known_ = before_known && times_of(dir_, after))) {
-      std::copy(before, before + 2, folder_times_);
-      folder_mtime_after_ = after[1];
-    }
+    if (created_lock_file_) lock_file_made_.after(/*made_a_folder=*/false);
     struct flock whole {};
     whole.l_type = F_WRLCK;
     whole.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
@@ -352,11 +347,8 @@ void RunFolder::write_owner() {
 void RunFolder::abandon() {
   std::error_code ec;
   // The run folder's times go back only for a lock file this run made and removed there under its
-  // lock, when nothing else changed the folder since (its time is still the one just after).
-  struct timespec now[2] = {};
-  const bool folder_unchanged = created_lock_file_ && wrote_owner_ && !unguarded_ && folder_times_known_ &&
-                                times_of(dir_, now) && now[1].tv_sec == folder_mtime_after_.tv_sec &&
-                                now[1].tv_nsec == folder_mtime_after_.tv_nsec;
+  // lock, when nothing else changed the folder since.
+  const bool folder_unchanged = created_lock_file_ && wrote_owner_ && !unguarded_ && lock_file_made_.unchanged();
   if (created_lock_file_ && (wrote_owner_ || unguarded_)) {
     fs::remove(lock_path_, ec);  // made by this run and still locked by it: no one else uses it
   } else if (wrote_owner_ && !unguarded_) {  // an earlier run's lock file: its text as it was (unlocked, it may be a live run's)
@@ -366,8 +358,9 @@ void RunFolder::abandon() {
     else if (lock_times_known_)
       futimens(fd_, lock_times_);
   }
-  if (folder_unchanged) put_times_back(dir_, folder_times_);
-  folder_times_known_ = lock_times_known_ = false;
+  if (folder_unchanged) lock_file_made_.put_back();
+  lock_file_made_ = FolderChange();
+  lock_times_known_ = false;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   created_lock_file_ = wrote_owner_ = unguarded_ = false;

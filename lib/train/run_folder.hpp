@@ -78,11 +78,11 @@ class RunFolder {
   bool wrote_owner_ = false;     // this run holds the lock and wrote its owner line
   bool unguarded_ = false;       // the file system refused locks: the run goes on without one
   std::string previous_owner_;  // the lock file's text before that
-  // The times of the lock file and of the run folder before this run wrote to them (put back by
-  // a refused start: it leaves no trace), and the folder's modification time just after its lock
-  // file was made; the _known_ flags say which were read.
-  struct timespec lock_times_[2] = {}, folder_times_[2] = {}, folder_mtime_after_ = {};
-  bool lock_times_known_ = false, folder_times_known_ = false;
+  // The times of the lock file before this run wrote to it, and of the run folder around the lock
+  // file's creation (put back by a refused start: it leaves no trace).
+  struct timespec lock_times_[2] = {};
+  bool lock_times_known_ = false;
+  FolderChange lock_file_made_;
   std::string owner_;           // rank 0: the owner line it wrote ("" if it could not)
   int fd_ = -1;  // rank 0: the open, locked lock file
 };
