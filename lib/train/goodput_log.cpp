@@ -85,7 +85,7 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step, bool n
   write_open();
 }
 
-void GoodputLog::first_step_starts() {
+void GoodputLog::startup_ends() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (started_) return;
   started_ = true;

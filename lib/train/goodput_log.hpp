@@ -31,7 +31,7 @@ class GoodputLog {
   GoodputLog(const GoodputLog&) = delete;
   GoodputLog& operator=(const GoodputLog&) = delete;
 
-  void first_step_starts();  // start-up ends here (once)
+  void startup_ends();  // start-up ends here (once): at the first step, or a trained run's evaluation
   void update(const GoodputProgress& progress);  // rewrites the open record
   void close(int exit_code, const GoodputProgress& progress);  // appends it to goodput.jsonl
   // Closed now, from another thread too, with the figures of the last update: the job is being

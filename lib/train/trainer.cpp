@@ -414,9 +414,11 @@ void log_layout(const Trainer::State& s) {
 // One killed during its last evaluation (after the final save) left report.pending.json: that
 // evaluation, done here, completes it into report.json.
 Result already_trained(Trainer::State& s) {
+  if (s.goodput) s.goodput->startup_ends();  // (the evaluation is its own phase in goodput.jsonl too)
   Stopwatch evaluating;
   const Evaluation done = evaluate_test_split(s);
   const double evaluation_s = evaluating.seconds();
+  s.times.evaluation += evaluation_s;
   const std::string& dir = s.deck.run.output_dir;
   // Its own folder's checkpoint as report.json's resumed_from judges it.
   const bool own_checkpoint = report::run_relative(s.restored.resumed_from, dir).rfind("checkpoints/", 0) == 0;
@@ -641,7 +643,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
   const auto loader = open_train_loader(s, first, end);
   const DataWaitTally waits{loader.get(), s.times.data_wait};
   Stopwatch epoch_watch;
-  if (s.goodput) s.goodput->first_step_starts();
+  if (s.goodput) s.goodput->startup_ends();
   run.tally.epoch_loss_sum = 0;
   if (s.device_step) s.device_step->reset_loss_sum();
   run.epoch_steps = 0;
@@ -802,8 +804,10 @@ void train_all(Trainer::State& s, RunTotals& run, Result& result, const Stopwatc
     // The trained model is saved before the last evaluation, which a stop signal lets finish (it
     // is the run's result): a job killed during it (SIGKILL after Slurm's KillWait) loses that
     // evaluation, not the training since the last checkpoint.
-    if (end == s.stage.total_steps)
+    if (end == s.stage.total_steps) {
       write_pending_report(s, run, save_checkpoint(s, s.stage.total_steps, epoch_loss(s, run)), wall);
+      update_goodput(s, run);  // (a kill during the evaluation keeps the final save's time)
+    }
     evaluate_epoch(s, epoch, run);
   }
   finish_run(s, run, result, wall);

@@ -181,6 +181,15 @@ field runs/last_evaluation/report.json 'r["throughput"]["samples_per_s"] > 0 and
   grep -qx True || fail "the completed report lacks its training's throughput or the evaluation's time"
 "$trident" report runs/last_evaluation --out last_evaluation_report >/dev/null && grep -q "40" last_evaluation_report/report.csv \
   || fail "trident report cannot read the completed report.json"
+# goodput.jsonl: the killed lifetime's record (its open record, as last written) holds the final
+# save's time, and the requeue's evaluation is its evaluation, not start-up (it had 0 and all).
+python3 - runs/last_evaluation/goodput.jsonl <<'PY' || fail "goodput.jsonl after the kill during the last evaluation"
+import json, sys
+killed, requeue = [json.loads(line) for line in open(sys.argv[1])]
+assert killed["exit_code"] is None and killed["last_step"] == 40 and killed["checkpoint_s"] > 0, killed
+assert requeue["steps_trained"] == 0 and requeue["evaluation_s"] > 0, requeue
+assert requeue["startup_s"] <= requeue["end"] - requeue["start"] - requeue["evaluation_s"] + 1e-3, requeue
+PY
 echo "killed during the last evaluation: step 40 saved; the requeue completed report.json"
 
 # goodput.jsonl: an update's wait for a background save's copies is checkpoint time, not also a

@@ -144,7 +144,7 @@ TEST(Goodput, AKilledLifetimeIsClosedByTheNextAndItsWorkAfterTheCheckpointIsLost
   const fs::path dir = fresh_dir("chain");
   {
     auto first = std::make_unique<train::GoodputLog>(dir.string(), 0);
-    first->first_step_starts();
+    first->startup_ends();
     first->update({60, 30.0, 6.0, 1.0, 2.0});  // 60 steps in 30 s: 0.5 s per step
     // SIGKILL: the process ends here, never closing its record.
     EXPECT_TRUE(fs::exists(dir / "goodput.open.json"));
@@ -154,7 +154,7 @@ TEST(Goodput, AKilledLifetimeIsClosedByTheNextAndItsWorkAfterTheCheckpointIsLost
     train::GoodputLog second(dir.string(), 40);
     EXPECT_EQ(second.record().work_lost_steps, 20);
     EXPECT_DOUBLE_EQ(second.record().work_lost_s, 20 * (30.0 - 6.0) / 60);  // compute per step: 0.4 s
-    second.first_step_starts();
+    second.startup_ends();
     second.close(3, {80, 20.0, 0.0, 0.0, 1.0});
   }
   {
@@ -191,7 +191,7 @@ TEST(Goodput, AnAbortClosesTheRecordWithItsExitCodeAndTheLastUpdate) {
   const fs::path dir = fresh_dir("abort");
   {
     train::GoodputLog log(dir.string(), 0);
-    log.first_step_starts();
+    log.startup_ends();
     log.update({30, 15.0, 1.0, 0.0, 0.5});
     log.close_at_abort(kExitFault);
     EXPECT_FALSE(fs::exists(dir / "goodput.open.json"));
@@ -213,7 +213,7 @@ TEST(Goodput, TheOpenRecordIsTheLastLifetimeOfTheReport) {
   const fs::path dir = fresh_dir("open");
   {
     auto first = std::make_unique<train::GoodputLog>(dir.string(), 0);
-    first->first_step_starts();
+    first->startup_ends();
     first->update({60, 30.0, 6.0, 1.0, 2.0});
   }  // killed: only the open record
   auto only = report::load_goodput(dir.string());
@@ -223,7 +223,7 @@ TEST(Goodput, TheOpenRecordIsTheLastLifetimeOfTheReport) {
   EXPECT_DOUBLE_EQ(only.productive_s, 30.0 - 6.0);
   {
     train::GoodputLog second(dir.string(), 40);  // closes the first into goodput.jsonl
-    second.first_step_starts();
+    second.startup_ends();
     second.update({70, 15.0, 0.0, 0.0, 1.0});
   }  // killed too: the chain's last record is open
   const auto acc = report::load_goodput(dir.string());
@@ -240,7 +240,7 @@ TEST(Goodput, TheOpenRecordIsTheLastLifetimeOfTheReport) {
   // removed): the lifetime counts once, as closed.
   {
     train::GoodputLog third(dir.string(), 70);
-    third.first_step_starts();
+    third.startup_ends();
     third.update({80, 5.0, 0.0, 0.0, 0.0});
     std::ifstream in(dir / "goodput.open.json");
     const std::string open_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
