@@ -132,7 +132,7 @@ void print_usage(std::FILE* out) {
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
       "  trident report --goodput RUN_DIR [--out DIR]  where a run's job chain spent its time (goodput.md, .svg)\n"
       "  trident report SWEEP_DIR [--out DIR] [--rank-by test_accuracy|test_loss]  a jobs/sweep.slurm sweep, ranked\n"
-      "  trident --version | --help\n\n"
+      "  trident --version | --help                  (also: version, help, -h)\n\n"
       "exit codes: 0 success, 2 bad input (deck, dataset, layout, checkpoint; one message), 3 stopped by\n"
       "SIGUSR1/SIGTERM/SIGINT after a checkpoint was committed (requeue me), 4 training diverged (NaN/Inf gradient),\n"
       "1 a fault (the job aborts) or a checkpoint that could not be written\n",

@@ -9,6 +9,7 @@
 #          [--study DIR] [--serial] [-j JOBSCRIPT] [SBATCH_OPTION ...] -- DECK [--set ...]
 # Options: see jobs/scaling_study.sh. Prints the study folder and the job ids; the table is
 # STUDY/report/report.md (also report.csv, report.svg) when the last job has run.
+
 # scaling_study.sh next to this script, or the installed one (this script copied alone).
 study=$(dirname "$0")/scaling_study.sh
 [ -r "$study" ] || study=${TRIDENT_HOME:-/nonexistent}/share/trident/jobs/scaling_study.sh

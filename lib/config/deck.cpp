@@ -138,24 +138,43 @@ std::string where(const std::string& source, const std::string& text, const std:
   return line > 0 ? fmt::format("{}:{}", source, line) : source;
 }
 
-// Every line of a deck ('#' to the end of a line is a comment, "[section]", "key = value", as
-// Boost.Program_options read decks before): the known keys' values as text, with their lines;
-// each broken line is named with its number in `errors`, so one pass lists them all.
+// Where a line's comment begins (npos: none). In a user's deck, a '#' at the start of a line or
+// after a blank: a value may hold one (data.path = runs/#3/data.h5, as in --set), where a '#'
+// anywhere cut it short without a word (the path read as "runs/"). In a deck trident wrote
+// (deck_to_ini, kept in each checkpoint), whole lines only: its values are written as they are, and
+// one holding " #" must read back the same, or a resume would list it as changed.
+enum class Comments { after_a_blank, whole_lines };
+size_t comment_start(const std::string& line, Comments comments) {
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == ' ' || line[i] == '\t' || line[i] == '\r') continue;
+    if (line[i] == '#') return i;  // (only blanks before it)
+    if (comments == Comments::whole_lines) return std::string::npos;
+    break;
+  }
+  for (size_t i = 1; i < line.size(); ++i)
+    if (line[i] == '#' && (line[i - 1] == ' ' || line[i - 1] == '\t')) return i;
+  return std::string::npos;
+}
+
+// Every line of a deck ("# comment", "[section]", "key = value", and "section.key = value" before
+// any section, as --set writes it): the known keys' values as text, with their lines; each broken
+// line is named with its number in `errors`, so one pass lists them all.
 struct DeckLine {
   std::string name, value;
   int line;
 };
-std::vector<DeckLine> read_lines(const std::string& text, const std::string& source, std::vector<std::string>& errors) {
+
+std::vector<DeckLine> read_lines(const std::string& text, const std::string& source, Comments comments,
+                                 std::vector<std::string>& errors) {
   std::vector<DeckLine> values;
   std::istringstream in(text);
   std::string line, section;
   std::map<std::string, int> first_line_of;
   for (int n = 1; std::getline(in, line); ++n) {
-    std::string t = line.substr(0, line.find('#'));
-    t = trim(t);
+    const std::string t = trim(line.substr(0, comment_start(line, comments)));
     if (t.empty()) continue;
     if (t.front() == '[' && t.back() == ']') {
-      section = t.substr(1, t.size() - 2);
+      section = trim(t.substr(1, t.size() - 2));  // ([ run ] is [run])
       continue;
     }
     const auto eq = t.find('=');
@@ -205,8 +224,10 @@ const std::vector<FieldInfo>& deck_fields() {
 
 // ---- reading -----------------------------------------------------------------------------
 
-Deck parse_deck_text(const std::string& raw_text, const std::string& source,
-                     const std::vector<std::string>& overrides, std::vector<std::string>* problems) {
+namespace {
+
+Deck parse(const std::string& raw_text, const std::string& source, Comments comments,
+           const std::vector<std::string>& overrides, std::vector<std::string>* problems) {
   Deck deck;
   deck.source = source;
   // A UTF-8 byte-order mark (Windows editors write one) is not part of the first line.
@@ -224,7 +245,7 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
 
   // Every value is read as text and converted here, so a wrong type gets a message naming the
   // key, its line and the expected type.
-  for (const auto& [name, raw, line] : read_lines(text, source, errors))
+  for (const auto& [name, raw, line] : read_lines(text, source, comments, errors))
     if (const FieldAccess* field = find_field(name); !field->set(deck, raw))
       errors.push_back(fmt::format("{}:{}: {} = '{}' is not {}", source, line, name, raw, a_value_of(*field)));
   for (const auto& item : overrides) {
@@ -253,6 +274,17 @@ Deck parse_deck_text(const std::string& raw_text, const std::string& source,
       deck.run.output_dir.replace(pos, token.size(), deck.run.name);
   }
   return deck;
+}
+
+}  // namespace
+
+Deck parse_deck_text(const std::string& text, const std::string& source, const std::vector<std::string>& overrides,
+                     std::vector<std::string>* problems) {
+  return parse(text, source, Comments::after_a_blank, overrides, problems);
+}
+
+Deck parse_written_deck(const std::string& text, const std::string& source) {
+  return parse(text, source, Comments::whole_lines, {}, nullptr);
 }
 
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides, std::vector<std::string>* problems) {
@@ -520,6 +552,13 @@ std::vector<std::pair<std::string, std::string>> deck_values(const Deck& deck) {
   return v;
 }
 
+// The widest key, for a column of `key = value` lines whose '=' line up.
+size_t key_column() {
+  size_t width = 0;
+  for (const auto& f : deck_fields()) width = std::max(width, f.key.size());
+  return width;
+}
+
 std::string deck_help() {
   std::string out = "# Every key of a trident deck, with its default and meaning.\n";
   std::string section;
@@ -528,7 +567,8 @@ std::string deck_help() {
       section = f.section;
       out += fmt::format("\n[{}]\n", section);
     }
-    out += fmt::format("{:<16} = {:<22} # ({}) {}\n", f.key, f.default_text, f.type, f.help);
+    out += fmt::format("{:<{}} = {:<22} # ({}) {}\n", f.key, key_column(), f.default_text,
+                       f.type == "true or false" ? "true or false; yes/no, on/off, 1/0 too" : f.type, f.help);
   }
   return out;
 }
@@ -557,7 +597,7 @@ std::string deck_to_ini(const Deck& deck) {
       section = f.info.section;
       out += fmt::format("[{}]\n", section);
     }
-    out += fmt::format("  {:<16} = {}\n", f.info.key, f.get(deck));
+    out += fmt::format("  {:<{}} = {}\n", f.info.key, key_column(), f.get(deck));
   }
   return out;
 }

@@ -27,11 +27,11 @@
   X(run, check_memory, bool, true,                                                              \
     "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's), and at pp = 1 a whole-model build past each rank's share of it; false = skip both") \
   X(run, peak_tflops, double, 0.0,                                                              \
-    "peak TFLOP/s per rank for MFU; 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
+    "token models (gpt): peak TFLOP/s per rank for MFU; 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
 
 #define TRIDENT_DECK_DATA(X)                                                                    \
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \
-    "HDF5 dataset with groups /train and /test holding inputs and labels (or tokens, for gpt)")                      \
+    "HDF5 dataset with groups /train and /test holding inputs and labels (or tokens, for gpt); relative to the working directory")                      \
   X(data, prefetch, int64_t, 2, "micro-batches read ahead by a background thread (0 to 1024); 0 = read inline") \
   X(data, check_finite, bool, false, "scan the float inputs for NaN/Inf when opening the dataset") \
   X(data, verify_checksums, bool, true,                                                         \
@@ -132,9 +132,12 @@ const std::vector<FieldInfo>& deck_fields();
 // cannot be read as a deck at all throws either way. Expands ${name} in run.output_dir.
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides,
                std::vector<std::string>* problems = nullptr);
-// A leading UTF-8 byte-order mark is skipped; CRLF line endings are accepted.
+// A leading UTF-8 byte-order mark is skipped; CRLF line endings are accepted. A '#' at the start
+// of a line or after a blank begins a comment.
 Deck parse_deck_text(const std::string& text, const std::string& source, const std::vector<std::string>& overrides,
                      std::vector<std::string>* problems = nullptr);
+// A deck deck_to_ini wrote (a checkpoint's): its values read whole, a '#' in them included.
+Deck parse_written_deck(const std::string& text, const std::string& source);
 
 // What validation needs to know about where the run happens.
 struct Environment {

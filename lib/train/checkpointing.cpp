@@ -49,7 +49,7 @@ DeckComparison compare_decks(const config::Deck& deck, const checkpoint::Meta& m
   DeckComparison out;
   config::Deck written;
   try {
-    written = config::parse_deck_text(meta.deck, path, {});
+    written = config::parse_written_deck(meta.deck, path);
   } catch (const BadInput&) {
     return out;
   }

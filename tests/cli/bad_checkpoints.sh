@@ -40,7 +40,7 @@ open(path, "wb").write(bytes(data))
 PY
 }
 cp "$good" renamed.h5 && flip_first renamed.h5 head.linear.weight 0 0x97
-cp "$good" deck_changed.h5 && flip_first deck_changed.h5 "global_batch     = 64" 19 0x39
+cp "$good" deck_changed.h5 && flip_first deck_changed.h5 "global_batch        = 64" 22 0x39
 snapshot() { find runs/src -type f -print0 | sort -z | xargs -0 md5sum; }
 before=$(snapshot)
 

@@ -76,6 +76,34 @@ TEST(Deck, ValuesCommentsAndOverrides) {
   EXPECT_EQ(config::hidden_sizes(deck), (std::vector<int64_t>{32, 16}));
 }
 
+// A '#' begins a comment at the start of a line or after a blank; inside a value it is the
+// value's (it used to cut data.path = d#1.h5 to "d" without a word). A section name is trimmed,
+// and a key may be written section.key before any section, as --set writes it.
+TEST(Deck, CommentsBeginAtALineStartOrAfterABlank) {
+  const auto deck = parse_deck_text(
+      "# a comment\n  # an indented one\noptim.momentum = 0.5\n[ run ]  # run's keys\nname = exp#3\t# tab\n"
+      "[data]\npath = runs/#3/d#1.h5 # a comment\n",
+      "x.ini", {}, nullptr);
+  EXPECT_EQ(deck.run.name, "exp#3");
+  EXPECT_EQ(deck.data.path, "runs/#3/d#1.h5");
+  EXPECT_DOUBLE_EQ(deck.optim.momentum, 0.5);
+  // "3e-4#x" is not a number: said, not read as 3e-4.
+  const auto msg = bad_input_message([] { parse_deck_text("[optim]\nlr = 3e-4#x\n", "x.ini", {}); });
+  EXPECT_NE(msg.find("x.ini:2: optim.lr = '3e-4#x' is not a finite number"), std::string::npos) << msg;
+}
+
+// The deck a checkpoint keeps (deck_to_ini) reads back to the same values, ' #' in them included:
+// a resume compares them with its own deck and lists every key that differs.
+TEST(Deck, AWrittenDeckReadsBackTheSameValues) {
+  auto deck = parse_deck_text("", "x.ini", {"run.name=exp #3", "data.path=d#1.h5", "model.hidden=32, 16"});
+  const auto written = config::parse_written_deck(config::deck_to_ini(deck), "ckpt.h5");
+  EXPECT_EQ(written.run.name, "exp #3");
+  EXPECT_EQ(written.data.path, "d#1.h5");
+  EXPECT_EQ(config::changed_keys(written, deck), std::vector<std::string>{});
+  // A user's deck with the same text reads ' #3' as a comment: that is why the two differ.
+  EXPECT_EQ(parse_deck_text(config::deck_to_ini(deck), "x.ini", {}).run.name, "exp");
+}
+
 TEST(Deck, UnknownKeyNamesKeyLineAndFile) {
   const auto msg = bad_input_message([] { parse_deck_text("[optim]\nlr = 1\nlrr = 2\n", "deck.ini", {}); });
   EXPECT_NE(msg.find("deck.ini:3"), std::string::npos) << msg;
