@@ -6,7 +6,8 @@
 #  * a trident that cannot start on the nodes (its path missing there: exit 127) fails the job
 #    with 127, not a success that would end a restart chain;
 #  * TRIDENT_MAX_REQUEUE that is not a number: exit 2 before anything starts;
-#  * hybrid.slurm's plan refuses a layout before the default deck's data file is made.
+#  * hybrid.slurm's plan refuses a layout, and ddp_2nodes.slurm's check a bad --set, before the
+#    default deck's data file is made.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" job_arguments
 build=$4
 prefix=$work/prefix
@@ -49,5 +50,14 @@ s=$(wait_job "$id" 60)
 [ "$(field "$id" ExitCode)" = 2:0 ] || { show_job "$id"; fail "hybrid.slurm --set parallel.pp=3 on 2 ranks: job $s, exit $(field "$id" ExitCode), expected 2"; }
 [ ! -e fresh/data ] || { show_job "$id"; fail "hybrid.slurm made the data for a layout its plan refused"; }
 echo "hybrid.slurm, a layout the plan refuses: exit 2, no data made"
+# ddp_2nodes.slurm likewise: a bad --set for the default deck stops the job (exit 2, trident's
+# message) before the data file is made.
+id=$(env -u TRIDENT_HOME TRIDENT=$prefix/bin/trident sbatch --parsable --ntasks-per-node=1 --chdir="$work/fresh" \
+       --output="$work/fresh_ddp-%j.out" "$script" --set optim.lr=abc)
+s=$(wait_job "$id" 60)
+[ "$(field "$id" ExitCode)" = 2:0 ] || { show_job "$id"; fail "ddp_2nodes.slurm --set optim.lr=abc: job $s, exit $(field "$id" ExitCode), expected 2"; }
+grep -q "optim.lr is not a finite number" "$work/fresh_ddp-$id.out" || { show_job "$id"; fail "no message naming optim.lr"; }
+[ ! -e fresh/data ] || { show_job "$id"; fail "ddp_2nodes.slurm made the data for options trident refuses"; }
+echo "ddp_2nodes.slurm, a bad --set: exit 2, no data made"
 echo "after $(elapsed)"
 echo PASS
