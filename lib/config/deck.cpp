@@ -121,13 +121,17 @@ int line_of_key(const std::string& text, const std::string& name) {
   const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
   std::istringstream in(text);
   std::string line, current;
+  bool in_a_section = false;
   for (int n = 1; std::getline(in, line); ++n) {
     const std::string t = trim(line);
     if (t.size() > 1 && t.front() == '[') {
       current = trim(t.substr(1, t.find(']') - 1));
-    } else if (current == section) {
+      in_a_section = true;
+    } else {
       const auto eq = t.find('=');
-      if (eq != std::string::npos && trim(t.substr(0, eq)) == key) return n;
+      if (eq == std::string::npos) continue;
+      const std::string written = trim(t.substr(0, eq));
+      if ((current == section && written == key) || (!in_a_section && written == name)) return n;
     }
   }
   return 0;
@@ -171,8 +175,12 @@ std::vector<DeckLine> read_lines(const std::string& text, const std::string& sou
   std::string line, section;
   std::map<std::string, int> first_line_of;
   for (int n = 1; std::getline(in, line); ++n) {
-    const std::string t = trim(line.substr(0, comment_start(line, comments)));
+    std::string t = trim(line.substr(0, comment_start(line, comments)));
     if (t.empty()) continue;
+    // A section header ends at its ']': "[run]# note" is [run] (a name holds no '#').
+    if (const auto close = t.find(']'); t.front() == '[' && close != std::string::npos && close + 1 < t.size() &&
+                                        t[close + 1] == '#')
+      t.resize(close + 1);
     if (t.front() == '[' && t.back() == ']') {
       section = trim(t.substr(1, t.size() - 2));  // ([ run ] is [run])
       continue;
@@ -245,9 +253,21 @@ Deck parse(const std::string& raw_text, const std::string& source, Comments comm
 
   // Every value is read as text and converted here, so a wrong type gets a message naming the
   // key, its line and the expected type.
-  for (const auto& [name, raw, line] : read_lines(text, source, comments, errors))
+  // (a value with a '#' of its own: said, since a '#' anywhere began a comment before)
+  const auto hash_hint = [](const std::string& raw) {
+    return raw.find('#') == std::string::npos ? ""
+                                               : " (a '#' begins a comment only at the start of a line or after a blank)";
+  };
+  for (const auto& [name, raw, line] : read_lines(text, source, comments, errors)) {
     if (const FieldAccess* field = find_field(name); !field->set(deck, raw))
-      errors.push_back(fmt::format("{}:{}: {} = '{}' is not {}", source, line, name, raw, a_value_of(*field)));
+      errors.push_back(
+          fmt::format("{}:{}: {} = '{}' is not {}{}", source, line, name, raw, a_value_of(*field), hash_hint(raw)));
+    else if (comments == Comments::after_a_blank && raw.find('#') != std::string::npos)
+      deck.notes.push_back(fmt::format("{}:{}: {} = '{}': the '#' is part of the value (a '#' begins a comment only at "
+                                       "the start of a line or after a blank; trident before 2026-11-26 read one "
+                                       "anywhere as a comment)",
+                                       source, line, name, raw));
+  }
   for (const auto& item : overrides) {
     const auto eq = item.find('=');
     const std::string name = trim(item.substr(0, eq));

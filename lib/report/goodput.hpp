@@ -32,7 +32,7 @@ struct Lifetime {
   // another rank, a lost node): the next lifetime closes its record at the last update it wrote.
   std::optional<int> exit_code;
   int64_t first_step = 0, last_step = 0;  // steps trained: (first_step, last_step]
-  double startup_s = 0;     // process start to the first step (MPI, data, checkpoint read)
+  double startup_s = 0;     // process start to the first step (MPI, data, checkpoint read), or to a trained run's evaluation
   double step_s = 0;        // in training steps (rank 0), data waits included
   double data_wait_s = 0;   // the steps' waits for input data
   double evaluation_s = 0;  // test-split evaluations

@@ -404,6 +404,7 @@ void log_layout(const Trainer::State& s) {
   if (deck.parallel.schedule == "zb-h1" && topo.pp() == 1)
     log::info("note: parallel.schedule = zb-h1 at pp 1 has no pipeline bubble for its split backward to fill");
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
+  for (const auto& note : deck.notes) log::info("note: {}", note);
 }
 
 // A requeued job whose run had already finished: the checkpoint holds the trained model and

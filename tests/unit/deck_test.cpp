@@ -87,9 +87,22 @@ TEST(Deck, CommentsBeginAtALineStartOrAfterABlank) {
   EXPECT_EQ(deck.run.name, "exp#3");
   EXPECT_EQ(deck.data.path, "runs/#3/d#1.h5");
   EXPECT_DOUBLE_EQ(deck.optim.momentum, 0.5);
-  // "3e-4#x" is not a number: said, not read as 3e-4.
+  // Each value holding a '#' is noted (read as a comment before), naming its line.
+  ASSERT_EQ(deck.notes.size(), 2u);
+  EXPECT_EQ(deck.notes[0].rfind("x.ini:5: run.name = 'exp#3': the '#' is part of the value", 0), 0u) << deck.notes[0];
+  EXPECT_EQ(deck.notes[1].rfind("x.ini:7: data.path = 'runs/#3/d#1.h5'", 0), 0u) << deck.notes[1];
+  // "3e-4#x" is not a number: said, with the rule, not read as 3e-4.
   const auto msg = bad_input_message([] { parse_deck_text("[optim]\nlr = 3e-4#x\n", "x.ini", {}); });
-  EXPECT_NE(msg.find("x.ini:2: optim.lr = '3e-4#x' is not a finite number"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("x.ini:2: optim.lr = '3e-4#x' is not a finite number (a '#' begins a comment only"),
+            std::string::npos)
+      << msg;
+  // A section header followed by a comment with no blank between; a section.key before any
+  // section is named by its line in a rule's message.
+  const auto header = parse_deck_text("[optim]# the optimizer\nlr = 0.25\n", "x.ini", {});
+  EXPECT_DOUBLE_EQ(header.optim.lr, 0.25);
+  EXPECT_TRUE(header.notes.empty());
+  EXPECT_NE(validation_message("# a deck\noptim.lr = -1\n").find("test.ini:2: optim.lr"), std::string::npos)
+      << validation_message("# a deck\noptim.lr = -1\n");
 }
 
 // The deck a checkpoint keeps (deck_to_ini) reads back to the same values, ' #' in them included:
