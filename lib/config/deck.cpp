@@ -115,31 +115,11 @@ std::string a_value_of(const FieldAccess& field) {
   return type;  // "text"
 }
 
-// Line of `key = ...` inside `[section]` of an INI text, for messages; 0 if not found.
-int line_of_key(const std::string& text, const std::string& name) {
-  const auto dot = name.find('.');
-  const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
-  std::istringstream in(text);
-  std::string line, current;
-  bool in_a_section = false;
-  for (int n = 1; std::getline(in, line); ++n) {
-    const std::string t = trim(line);
-    if (t.size() > 1 && t.front() == '[') {
-      current = trim(t.substr(1, t.find(']') - 1));
-      in_a_section = true;
-    } else {
-      const auto eq = t.find('=');
-      if (eq == std::string::npos) continue;
-      const std::string written = trim(t.substr(0, eq));
-      if ((current == section && written == key) || (!in_a_section && written == name)) return n;
-    }
-  }
-  return 0;
-}
-
-std::string where(const std::string& source, const std::string& text, const std::string& name) {
-  const int line = line_of_key(text, name);
-  return line > 0 ? fmt::format("{}:{}", source, line) : source;
+// Where a key's value came from in the deck file, for messages: "deck.ini:12" (the file alone for
+// a key it does not set).
+std::string where(const Deck& deck, const std::string& name) {
+  const auto line = deck.lines.find(name);
+  return line != deck.lines.end() ? fmt::format("{}:{}", deck.source, line->second) : deck.source;
 }
 
 // Where a line's comment begins (npos: none). In a user's deck, a '#' at the start of a line or
@@ -243,7 +223,6 @@ Deck parse(const std::string& raw_text, const std::string& source, Comments comm
   const std::string text = raw_text.compare(0, kByteOrderMark.size(), kByteOrderMark) == 0
                                ? raw_text.substr(kByteOrderMark.size())
                                : raw_text;
-  deck.source_text = text;
   std::vector<std::string> errors;
   // Boost reads a value up to a NUL byte and drops the rest (lr = 1e-3<NUL>junk ran as 0.001);
   // a UTF-16 deck (Windows "Unicode") has one after every ASCII letter.
@@ -253,20 +232,18 @@ Deck parse(const std::string& raw_text, const std::string& source, Comments comm
 
   // Every value is read as text and converted here, so a wrong type gets a message naming the
   // key, its line and the expected type.
-  // (a value with a '#' of its own: said, since a '#' anywhere began a comment before)
-  const auto hash_hint = [](const std::string& raw) {
-    return raw.find('#') == std::string::npos ? ""
-                                               : " (a '#' begins a comment only at the start of a line or after a blank)";
-  };
+  // A value with a '#' of its own says the rule: a '#' anywhere began a comment before.
+  static const char* const kCommentRule = "a '#' begins a comment only at the start of a line or after a blank";
   for (const auto& [name, raw, line] : read_lines(text, source, comments, errors)) {
+    deck.lines[name] = line;
+    const bool holds_hash = raw.find('#') != std::string::npos;
     if (const FieldAccess* field = find_field(name); !field->set(deck, raw))
-      errors.push_back(
-          fmt::format("{}:{}: {} = '{}' is not {}{}", source, line, name, raw, a_value_of(*field), hash_hint(raw)));
-    else if (comments == Comments::after_a_blank && raw.find('#') != std::string::npos)
-      deck.notes.push_back(fmt::format("{}:{}: {} = '{}': the '#' is part of the value (a '#' begins a comment only at "
-                                       "the start of a line or after a blank; trident before 2026-11-26 read one "
-                                       "anywhere as a comment)",
-                                       source, line, name, raw));
+      errors.push_back(fmt::format("{}:{}: {} = '{}' is not {}{}", source, line, name, raw, a_value_of(*field),
+                                   holds_hash ? fmt::format(" ({})", kCommentRule) : ""));
+    else if (holds_hash && comments == Comments::after_a_blank)
+      deck.notes.push_back(fmt::format("{}:{}: {} = '{}': the '#' is part of the value ({}; trident before 2026-11-26 "
+                                       "read one anywhere as a comment)",
+                                       source, line, name, raw, kCommentRule));
   }
   for (const auto& item : overrides) {
     const auto eq = item.find('=');
@@ -540,7 +517,7 @@ namespace {
 // `message` about `key`, after where the key's value came from: "--set k=v" or "deck.ini:12".
 std::string located_at(const Deck& deck, const std::string& key, const std::string& message) {
   const auto set = deck.overridden.find(key);
-  return fmt::format("{}: {}", set != deck.overridden.end() ? "--set " + set->second : where(deck.source, deck.source_text, key),
+  return fmt::format("{}: {}", set != deck.overridden.end() ? "--set " + set->second : where(deck, key),
                      message);
 }
 

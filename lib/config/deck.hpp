@@ -114,7 +114,7 @@ struct Deck {
   OptimSection optim;
   CheckpointSection checkpoint;
   std::string source = "(defaults)";  // the deck file, for messages
-  std::string source_text;            // its text, to point messages at the key's line
+  std::map<std::string, int> lines;     // key -> its line in the deck file, to point messages at it
   std::map<std::string, std::string> overridden;  // key -> the --set that gave its value, for messages
   // Said at the start of a run: values of the deck file that hold a '#' with no blank before it,
   // which trident before 2026-11-26 read as a comment (the deck meant something else then).
