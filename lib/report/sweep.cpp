@@ -85,11 +85,13 @@ std::vector<std::vector<std::pair<std::string, std::string>>> read_sweep_file(co
   std::vector<std::vector<std::pair<std::string, std::string>>> points;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
-    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::istringstream words(line);
     std::vector<std::pair<std::string, std::string>> point;
     bool words_on_line = false;
     for (std::string word; words >> word;) {
+      // The deck's rule: a '#' begins a comment at the line's start or after a blank, and is
+      // part of the value elsewhere (data.path=runs/#3/d.h5).
+      if (word.front() == '#') break;
       words_on_line = true;
       if (word == "--set") continue;
       const auto eq = word.find('=');

@@ -49,6 +49,17 @@ TEST_F(SweepReport, ReadsPointsWithOrWithoutSetAndSkipsComments) {
   EXPECT_EQ(points[1], (std::vector<std::pair<std::string, std::string>>{{"optim.lr", "3e-3"}, {"optim.micro_batch", "16"}}));
 }
 
+// The deck's comment rule (sweep.slurm reads the file the same way): a '#' at a line's start or
+// after a blank begins a comment, and is part of the value elsewhere (a point's data.path was cut
+// to "runs/" at its '#').
+TEST_F(SweepReport, AHashInsideAValueIsPartOfIt) {
+  sweep_file("  # indented comment\ndata.path=runs/#3/d.h5 optim.lr=1e-3\t# note\noptim.lr=2e-3#x\n");
+  const auto points = read_sweep_file((dir_ / "sweep.txt").string());
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0], (std::vector<std::pair<std::string, std::string>>{{"data.path", "runs/#3/d.h5"}, {"optim.lr", "1e-3"}}));
+  EXPECT_EQ(points[1], (std::vector<std::pair<std::string, std::string>>{{"optim.lr", "2e-3#x"}}));
+}
+
 TEST_F(SweepReport, ABadLineNamesTheFileAndLine) {
   sweep_file("optim.lr=1e-3\nlr 3e-3\n");
   try {
