@@ -3,7 +3,8 @@
 # stopped by SIGUSR1 (as a time limit's warning signal would), checkpoints and exits 3 without
 # requeueing; the second link (afterany) resumes and finishes; the third is cancelled. Then a
 # chain of hybrid.slurm jobs (-j hybrid.slurm: the name of a script next to restart_chain.sh) with a
-# layout its plan refuses: the first link cancels the second.
+# layout its plan refuses: the first link cancels the second; and one whose plan faults (exit 1):
+# the second runs.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" restart_chain
 export TRIDENT=$trident
 steps=4000
@@ -37,4 +38,23 @@ s=$(wait_job "${bad[0]}" 60)
 s=$(wait_job "${bad[1]}" 30)
 [ "$s" = CANCELLED ] || { show_job "${bad[1]}"; cat "$work/bad-${bad[0]}.out"; fail "link 2 after a bad layout ended $s, expected CANCELLED"; }
 echo "a bad layout: link 1 exit 2 (plan), link 2 cancelled"
+
+# A fault in the plan (exit 1: here a trident whose plan fails so) is not bad input: the next link
+# tries again, as after a fault in training (every plan failure cancelled the chain).
+cat >"$work/plan_fault.sh" <<EOF
+#!/bin/sh
+[ "\$1" = plan ] && { echo "plan_fault.sh: a fault in the plan" >&2; exit 1; }
+exec "$trident" "\$@"
+EOF
+chmod +x "$work/plan_fault.sh"
+# shellcheck disable=SC2046
+mapfile -t faulty < <(TRIDENT=$work/plan_fault.sh "$src/jobs/restart_chain.sh" -n 2 -j hybrid.slurm --ntasks-per-node=1 \
+                        --output="$work/faulty-%j.out" -- $(tiny_args 40) --set run.output_dir="$work/faulty")
+[ ${#faulty[@]} = 2 ] || fail "restart_chain.sh printed ${#faulty[@]} job ids, expected 2"
+for link in 0 1; do
+  s=$(wait_job "${faulty[link]}" 60)
+  [ "$s" = FAILED ] && [ "$(field "${faulty[link]}" ExitCode)" = 1:0 ] \
+    || { show_job "${faulty[link]}"; fail "a plan's fault: link $((link + 1)) ended $s $(field "${faulty[link]}" ExitCode), expected exit 1"; }
+done
+echo "a plan's fault: link 1 exit 1, link 2 ran (exit 1 too)"
 echo PASS
