@@ -16,6 +16,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "core/error.hpp"
@@ -45,10 +46,19 @@ struct Idx {
 Idx read_idx_gz(const std::string& path, int expected_rank) {
   gzFile in = gzopen(path.c_str(), "rb");
   if (!in) fatal_all(fmt::format("prepare-data: cannot open {} (apt-get install dataset-fashion-mnist)", path));
+  // In pieces of at most 1 GiB: gzread counts in unsigned and returns an int, so one call for
+  // 4 GiB + 64 KiB asked for 64 KiB, and a short read of a damaged header's size passed.
   auto read_exact = [&](void* dst, size_t n) {
-    if (gzread(in, dst, static_cast<unsigned>(n)) != static_cast<int>(n)) {
-      gzclose(in);
-      fatal_all(fmt::format("prepare-data: {} is truncated or not an IDX file", path));
+    for (size_t done = 0; done < n;) {
+      const auto piece = static_cast<unsigned>(std::min<size_t>(n - done, size_t{1} << 30));
+      const int got = gzread(in, static_cast<char*>(dst) + done, piece);
+      if (got != static_cast<int>(piece)) {
+        gzclose(in);
+        fatal_all(fmt::format("prepare-data: {} is truncated or not an IDX file (it ends {} bytes into the {} its "
+                              "header announces next)",
+                              path, done + static_cast<size_t>(std::max(got, 0)), n));
+      }
+      done += piece;
     }
   };
   std::array<uint8_t, 4> magic{};
@@ -82,11 +92,30 @@ Idx read_idx_gz(const std::string& path, int expected_rank) {
 
 // ---- writing -----------------------------------------------------------------------------
 
+// A write into the new file that failed (a full disk, a quota): write_atomically says so in one
+// line naming --out, not HDF5's whole error stack.
+class WriteFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The system's reason in an HDF5 error stack ("No space left on device"), else its innermost entry.
+std::string write_error_reason() {
+  const std::string stack = hdf5_error_text();
+  const std::string mark = "error message = '";
+  if (const auto at = stack.find(mark); at != std::string::npos) {
+    const auto end = stack.find('\'', at + mark.size());
+    if (end != std::string::npos) return stack.substr(at + mark.size(), end - at - mark.size());
+  }
+  return innermost(stack);
+}
+
 void write_dataset(hid_t file, const std::string& name, const std::vector<hsize_t>& dims, hid_t file_type,
                    hid_t mem_type, const void* data) {
   hdf5::Hid space(HDF5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
-  hdf5::Hid dataset(HDF5_CHECK(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-  HDF5_CHECK(H5Dwrite(dataset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  hdf5::Hid dataset(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!dataset.valid() || H5Dwrite(dataset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw WriteFailed(fmt::format("writing {} failed: {}", name, write_error_reason()));
   hdf5::checksum_rows(dataset);  // of the bytes as stored: training finds a damaged block
 }
 
@@ -106,11 +135,38 @@ fs::path through_links(const std::string& out) {
   return path;
 }
 
+// HDF5 1.10 closes at exit a file whose close failed (a write past a file size limit) and
+// crashes there (signal 11): prepare-data, a process of its own, leaves such a file to the
+// kernel. Called before the process's first HDF5 call (it has no effect after it).
+void leave_files_to_the_kernel_at_exit() { H5dont_atexit(); }
+
+// prepare-data replaces a dataset (staging it again), an empty file, or an HDF5 file it cannot
+// open (a damaged dataset), but not a file that holds something else: a deck, a text, a
+// checkpoint (a typo in --out replaced them without a word).
+void refuse_to_replace_other_files(const std::string& out) {
+  std::error_code ec;
+  if (!fs::is_regular_file(out, ec) || fs::file_size(out, ec) == 0 || ec) return;
+  if (!hdf5::is_hdf5_file(out))
+    fatal_all(fmt::format("prepare-data: --out {} is a file that is not HDF5; prepare-data replaces only a dataset: "
+                          "remove it first, or write elsewhere",
+                          out));
+  hdf5::Hid file(H5Fopen(out.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) {
+    hdf5_error_text();  // (cleared: a damaged dataset is replaced)
+    return;
+  }
+  if (!hdf5::link_exists(file, "train") && !hdf5::link_exists(file, "test"))
+    fatal_all(fmt::format("prepare-data: --out {} is an HDF5 file but not a dataset (no /train, no /test: a checkpoint?); "
+                          "prepare-data replaces only a dataset: remove it first, or write elsewhere",
+                          out));
+}
+
 // Creates a temporary file beside OUT with /train and /test, lets `fill` write, then renames over OUT, so a failed
 // conversion never leaves a half-written dataset under the real name. An OUT that is a symbolic
 // link is written through: the file it points to is replaced, not the link.
 template <typename Fill>
 void write_atomically(const std::string& out_given, Fill fill) {
+  leave_files_to_the_kernel_at_exit();
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
   const std::string out = out_given.empty() ? out_given : through_links(out_given).string();
@@ -120,6 +176,7 @@ void write_atomically(const std::string& out_given, Fill fill) {
   if (fs::is_directory(target, ec) || out.back() == '/')
     fatal_all(fmt::format("prepare-data: --out {} is a folder; give the file to write, e.g. {}", out,
                           (target / "data.h5").lexically_normal().string()));
+  refuse_to_replace_other_files(out);
   // A file name longer than the file system takes is found before anything is made or converted.
   if (const auto name = target.filename().string(); name.size() > NAME_MAX)
     fatal_all(fmt::format("prepare-data: --out {}: its file name is {} bytes, more than a file name may have ({})", out,
@@ -156,10 +213,15 @@ void write_atomically(const std::string& out_given, Fill fill) {
       hdf5::Hid train(HDF5_CHECK(H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
       hdf5::Hid test(HDF5_CHECK(H5Gcreate2(file, "test", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
       fill(file.get());
-      HDF5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+      if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) throw WriteFailed(fmt::format("writing it failed: {}", write_error_reason()));
     }
     fs::rename(tmp, out, ec);
     if (ec) fatal_all(fmt::format("prepare-data: --out {}: cannot put the file there ({})", out, ec.message()));
+  } catch (const WriteFailed& e) {
+    if (created) fs::remove(tmp, ec);
+    remove_made_folders(made);
+    fatal_one(fmt::format("prepare-data: --out {}: {} (nothing written: its temporary file {} is removed{})", out,
+                          e.what(), tmp, fs::exists(out, ec) ? ", and the file already there is as it was" : ""));
   } catch (...) {
     if (created) fs::remove(tmp, ec);  // a failed conversion leaves nothing behind
     remove_made_folders(made);
@@ -206,8 +268,12 @@ void prepare_synthetic(const SyntheticSpec& spec, const std::string& out) {
   if (spec.train < 1 || spec.test < 1 || spec.classes < 2 || spec.channels < 1 || spec.height < 1 || spec.width < 1)
     fatal_all("prepare-data synthetic: sizes must be positive and classes >= 2");
   // Both splits are made in memory (float32, twice over while they are drawn).
-  const double bytes = 8.0 * static_cast<double>(spec.train + spec.test) * static_cast<double>(spec.channels) *
-                       static_cast<double>(spec.height) * static_cast<double>(spec.width);
+  // (and the classes' prototypes, float32)
+  const double pixels = static_cast<double>(spec.channels) * static_cast<double>(spec.height) * static_cast<double>(spec.width);
+  if (4.0 * static_cast<double>(spec.classes) * pixels > static_cast<double>(kMaxMadeBytes))
+    fatal_all(fmt::format("prepare-data synthetic: --classes {} prototypes of {}x{}x{} need more than 16 GiB of memory",
+                          spec.classes, spec.channels, spec.height, spec.width));
+  const double bytes = 8.0 * (static_cast<double>(spec.train) + static_cast<double>(spec.test)) * pixels;
   if (bytes > static_cast<double>(kMaxMadeBytes))
     fatal_all(fmt::format("prepare-data synthetic: --train {} + --test {} samples of {}x{}x{} need {:.0f} GiB of "
                           "memory to make (at most 16)",
@@ -263,6 +329,7 @@ void write_tokens(hid_t file, const char* split, const std::vector<int64_t>& tok
 void prepare_text(const std::string& source, double test_fraction, const std::string& out) {
   if (!(test_fraction > 0 && test_fraction < 1))
     fatal_all(fmt::format("prepare-data text: --test-fraction {} must be in (0, 1)", test_fraction));
+  leave_files_to_the_kernel_at_exit();
   std::vector<fs::path> files;
   std::error_code ec;
   if (fs::is_directory(source, ec)) {
@@ -277,9 +344,10 @@ void prepare_text(const std::string& source, double test_fraction, const std::st
                           source));
   }
   // The output among the inputs would be read, then replaced by the tokens: the text gone. (An
-  // HDF5 file already in a source folder is skipped: it holds NUL bytes.)
+  // HDF5 file already in a source folder is skipped below, it holds NUL bytes: such an output, the
+  // tokens of an earlier run, is made again.)
   for (const auto& path : files)
-    if (fs::equivalent(path, out, ec))
+    if (fs::equivalent(path, out, ec) && !hdf5::is_hdf5_file(path.string()))
       fatal_all(fmt::format("prepare-data text: --out {} is the source {}: the tokens would replace the text; "
                             "write them elsewhere",
                             out, path.string()));
@@ -310,6 +378,12 @@ void prepare_synthetic_tokens(const SyntheticTokensSpec& spec, const std::string
   if (spec.vocab > std::numeric_limits<int32_t>::max())  // the widest token type a dataset stores
     fatal_all(fmt::format("prepare-data synthetic: --vocab {} is larger than int32 token ids hold ({})", spec.vocab,
                           std::numeric_limits<int32_t>::max()));
+  // Each token is made twice over in memory (int64 tensor, then vector), both splits at once.
+  const double bytes = 16.0 * (static_cast<double>(spec.train_tokens) + static_cast<double>(spec.test_tokens));
+  if (bytes > static_cast<double>(kMaxMadeBytes))
+    fatal_all(fmt::format("prepare-data synthetic: --tokens {} + --test-tokens {} need {:.0f} GiB of memory to make "
+                          "(at most 16)",
+                          spec.train_tokens, spec.test_tokens, bytes / (1LL << 30)));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(spec.seed);
   auto make = [&](int64_t n) {
     const at::Tensor t = at::randint(spec.vocab, {n}, gen, at::kLong);

@@ -30,4 +30,37 @@ mount -o remount,size=16m "$disk"
   || fail "resume after freeing space failed: $(tail -3 resumed.log)"
 grep -q "resuming from $ckpts/step_0000005.h5" resumed.log || fail "did not resume from step 5"
 [ "$(cat "$ckpts/latest")" = step_0000020.h5 ] || fail "the resumed run did not finish"
+
+# prepare-data on a full disk: exit 1, one line naming --out and the disk's error, nothing left
+# (it printed HDF5's whole error stack). Past a file size limit (EFBIG) it ended with signal 11
+# as well: HDF5 closed at exit the file whose close had failed.
+small=$work/small
+mkdir -p "$small"
+mount -t tmpfs -o size=256k tmpfs "$small" || fail "cannot mount a second tmpfs"
+trap 'umount "$disk" "$small" 2>/dev/null; rm -rf "$work"' EXIT
+make_data=(prepare-data synthetic --train 4096 --test 64 --shape 1x8x8)  # 1 MB
+set +e
+"$trident" "${make_data[@]}" --out "$small/x.h5" >prepare_full.log 2>&1
+rc=$?
+(trap '' XFSZ; ulimit -f 200; exec "$trident" "${make_data[@]}" --out big.h5) >prepare_big.log 2>&1
+rc_big=$?
+set -e
+cat prepare_full.log prepare_big.log | cut -c1-300
+[ "$rc" = 1 ] && [ "$(wc -l <prepare_full.log)" = 1 ] &&
+  grep -q "prepare-data: --out $small/x.h5: writing /train/inputs failed: No space left on device" prepare_full.log ||
+  fail "prepare-data on a full disk: exit $rc, not the one line expected"
+[ -z "$(ls -A "$small")" ] || fail "prepare-data left on the full disk: $(ls -A "$small")"
+[ "$rc_big" = 1 ] && grep -q "writing /train/inputs failed: File too large" prepare_big.log ||
+  fail "prepare-data past a file size limit: exit $rc_big"
+[ -z "$(ls big.h5* 2>/dev/null)" ] || fail "prepare-data past a file size limit left $(ls big.h5*)"
+
+# A checkpoint given as --out by mistake is refused (exit 2) and kept (it was replaced by a dataset).
+cp "$ckpts/step_0000020.h5" kept.h5
+set +e
+"$trident" "${make_data[@]}" --out kept.h5 >prepare_onto.log 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "prepare-data: --out kept.h5 is an HDF5 file but not a dataset" prepare_onto.log ||
+  fail "prepare-data onto a checkpoint: exit $rc: $(cat prepare_onto.log)"
+cmp -s kept.h5 "$ckpts/step_0000020.h5" || fail "prepare-data changed the checkpoint it refused"
 echo PASS
