@@ -14,6 +14,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "config/deck.hpp"
+#include "core/error.hpp"
 #include "core/hdf5.hpp"
 
 namespace trident::checkpoint {
@@ -25,15 +26,31 @@ std::vector<std::string> dataset_names_of(const std::string& path) {
   return hdf5::dataset_names(file);
 }
 
-// "float32 [4 x 256]"
+// "float32 [4 x 256]"; "" when HDF5 cannot read the tensor's header (a damaged file).
 std::string shape_and_type(const std::string& path, const std::string& name) {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
-  hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  hdf5::Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
-  hdf5::Hid type(H5Dget_type(dataset));
-  std::string dims;
-  for (const auto d : hdf5::dataset_shape(dataset)) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
-  return fmt::format("{} [{}]", hdf5::type_name(type), dims);
+  try {
+    hdf5::Hid file(HDF5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
+    hdf5::Hid dataset(HDF5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
+    hdf5::Hid type(HDF5_CHECK(H5Dget_type(dataset)));
+    std::string dims;
+    for (const auto d : hdf5::dataset_shape(dataset)) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
+    return fmt::format("{} [{}]", hdf5::type_name(type), dims);
+  } catch (const Fault&) {
+    return "";
+  }
+}
+
+// A tensor whose header cannot be read, or whose shape or type differs, may be damage (a header's
+// bytes changed), which is bad input (exit 2), not a difference (exit 1): both files are verified
+// then, block by block against their checksums, and the first problem is the message.
+void refuse_if_damaged(const std::string& a, const std::string& b, const std::string& name) {
+  for (const auto* path : {&a, &b})
+    if (const auto problem = verify(*path, 0, 1); !problem.empty()) fatal_all("compare: " + problem);
+  for (const auto* path : {&a, &b})
+    if (shape_and_type(*path, name).empty())
+      fatal_all(fmt::format("compare: checkpoint {}: the header of tensor {} cannot be read: the file is damaged", *path,
+                            name));
 }
 
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
@@ -133,6 +150,7 @@ Comparison compare(const std::string& a, const std::string& b, double relative_t
       continue;
     }
     const std::string kind_a = shape_and_type(a, name), kind_b = shape_and_type(b, name);
+    if (kind_a.empty() || kind_b.empty() || kind_a != kind_b) refuse_if_damaged(a, b, name);
     if (kind_a != kind_b) {
       report(fmt::format("{}: {} in A, {} in B", name, kind_a, kind_b));
       continue;

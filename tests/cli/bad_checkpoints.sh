@@ -9,6 +9,7 @@
 #   corrupt        bytes in the middle of a tensor overwritten
 #   truncated      the file cut in half
 #   renamed        a byte of a tensor's name changed (the blocks' checksums cover data, not names)
+#   reshaped       a tensor's first dimension in its header changed (trident compare too)
 #   deck_changed   a byte of the deck attribute changed (global_batch 64 -> 94)
 #   other_optimizer  an AdamW checkpoint resumed with SGD (its state does not carry over)
 #   fewer_layers   written by mlp 64,64,64, resumed by mlp 64,64 (its fc3 would be dropped)
@@ -41,6 +42,18 @@ PY
 }
 cp "$good" renamed.h5 && flip_first renamed.h5 head.linear.weight 0 0x97
 cp "$good" deck_changed.h5 && flip_first deck_changed.h5 "global_batch        = 64" 22 0x39
+# A tensor's first dimension in its header rewritten to 8675543: `trident compare` listed it as a
+# difference (exit 1, "float32 [8675543 x ...] in A"); damage is bad input (exit 2).
+read -r rows cols < <("$trident" inspect "$good" | sed -n 's|^/params/fc1.linear.weight  float32  \[\([0-9]*\) x \([0-9]*\)\]$|\1 \2|p')
+cp "$good" reshaped.h5 && python3 - reshaped.h5 "$rows" "$cols" <<'PY'
+import struct, sys
+path, rows, cols = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data = bytearray(open(path, "rb").read())
+at = data.find(struct.pack("<QQ", rows, cols))  # the first tensor of that shape's dataspace
+assert at >= 0, f"no dataspace [{rows} x {cols}] in {path}"
+data[at:at + 8] = struct.pack("<Q", 8675543)
+open(path, "wb").write(bytes(data))
+PY
 snapshot() { find runs/src -type f -print0 | sort -z | xargs -0 md5sum; }
 before=$(snapshot)
 
@@ -62,6 +75,7 @@ expect_bad garbled_step "checkpoint garbled_step.h5: metadata line 'step' is not
 expect_bad corrupt "checkpoint corrupt.h5: .*(checksum|damaged)" --resume corrupt.h5
 expect_bad truncated "checkpoint truncated.h5: .*(truncated|damaged)" --resume truncated.h5
 expect_bad renamed "checkpoint renamed.h5: its tensor names are damaged" --resume renamed.h5
+expect_bad reshaped "checkpoint reshaped.h5: .*damaged" --resume reshaped.h5
 expect_bad deck_changed "checkpoint deck_changed.h5: its deck \(attribute 'deck'\) is damaged" --resume deck_changed.h5
 "$trident" inspect renamed.h5 >inspect_renamed.log 2>&1 && fail "trident inspect verified a file with a damaged tensor name"
 expect_bad other_optimizer "checkpoint .*step_0000004.h5: written with optim.name = adamw, this run's is sgd" \
@@ -219,6 +233,19 @@ for content in ../../chain/checkpoints/step_0000005.h5 "$(printf '\001\002 not a
   rm runs/pointer/checkpoints/step_0000005.h5
 done
 echo "a latest naming no step file of its folder: passed over for step 4"
+# `trident compare` with a damaged file, either side: exit 2 naming the file (1 is "different").
+for bad in corrupt truncated reshaped; do
+  for order in "$bad.h5 $good" "$good $bad.h5"; do
+    set +e
+    # shellcheck disable=SC2086
+    "$trident" compare $order >compare.log 2>&1
+    rc=$?
+    set -e
+    [ "$rc" = 2 ] && grep -q "trident: error: .*$bad.h5: .*\(damaged\|not a trident checkpoint\)" compare.log ||
+      fail "compare $order: exit $rc: $(tail -2 compare.log)"
+  done
+done
+echo "compare with a corrupt, truncated or reshaped checkpoint: exit 2 naming it"
 # A run folder whose name starts with '!' (the candidates' tag for a bad `latest`) resumes from
 # its own checkpoint.
 mkdir -p '!bang/checkpoints'
