@@ -16,7 +16,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "comm/backend.hpp"
@@ -247,11 +249,36 @@ class ReportFields {
   }
   template <typename T>
   void read(const std::string& path, T& out, bool required = false) const {
-    if (const json* v = find(path, required)) out = v->get<T>();
+    if (const json* v = find(path, required)) out = get<T>(*v, path);
   }
   template <typename T>
   void read(const std::string& path, std::optional<T>& out) const {
-    if (const json* v = find(path)) out = v->get<T>();
+    if (const json* v = find(path)) out = get<T>(*v, path);
+  }
+  // The value, or BadInput naming the field: one of another type ("fast" for a number), or a
+  // count that is not whole or does not fit (json's conversion truncates 2.5 and 2^40 silently).
+  template <typename T>
+  T get(const json& v, const std::string& path) const {
+    const auto wrong = [&](const std::string& why) {
+      std::string dotted = path;
+      std::replace(dotted.begin(), dotted.end(), '/', '.');
+      return BadInput(fmt::format("report: {}: field '{}' has the wrong type ({}: {})", file_, dotted,
+                                  v.dump().substr(0, 60), why));
+    };
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      bool fits = false;
+      if (v.is_number_unsigned()) {
+        fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+      } else if (v.is_number_integer()) {  // negative
+        if constexpr (std::is_signed_v<T>) fits = v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min());
+      }
+      if (!fits) throw wrong(v.is_number() ? "not a whole number this field can hold" : "not a whole number");
+    }
+    try {
+      return v.get<T>();
+    } catch (const json::exception& e) {
+      throw wrong(e.what());
+    }
   }
 
  private:
@@ -305,7 +332,11 @@ ReadReport read_report_json(const std::string& path) {
   ReadReport read;
   Summary& s = read.summary;
   try {
-    if (const json* deck = f.find("deck"); deck && deck->is_object()) s.deck = deck_of(*deck, path);
+    if (const json* deck = f.find("deck"); deck && deck->is_object()) {
+      s.deck = deck_of(*deck, path);
+      for (const auto& field : config::deck_fields())
+        if (f.find("deck/" + field.section + "/" + field.key)) read.deck_keys.push_back(field.name());
+    }
     f.read("deck/optim/global_batch", s.deck.optim.global_batch, /*required=*/true);
     f.read("layout/world", s.layout.world, /*required=*/true);
     s.layout.dp = s.layout.world;
@@ -339,6 +370,7 @@ ReadReport read_report_json(const std::string& path) {
     f.read("final/train_loss", s.train_loss);
     f.read("final/test_loss", s.test_loss);
     f.read("final/test_accuracy", s.test_accuracy);
+    read.has_test_figures = f.find("final/test_loss") && f.find("final/test_accuracy");
     f.read("throughput/samples_per_s", s.samples_per_s, /*required=*/true);
     s.step_time_s = s.samples_per_s > 0 ? static_cast<double>(s.deck.optim.global_batch) / s.samples_per_s : 0;
     f.read("throughput/step_time_s", s.step_time_s);

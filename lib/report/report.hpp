@@ -110,6 +110,12 @@ struct ReadReport {
   // Every time_s entry the file has, by name: an older report may lack some, a newer trident's
   // may add some.
   std::map<std::string, double> time_s;
+  // final.test_loss and final.test_accuracy are numbers (null: a NaN, or an evaluation pending;
+  // summary's figures are 0 then).
+  bool has_test_figures = false;
+  // The deck keys (section.key) the file records: summary.deck has the defaults for the others
+  // (an older trident's report lacks newer keys).
+  std::vector<std::string> deck_keys;
 };
 ReadReport read_report_json(const std::string& path);
 

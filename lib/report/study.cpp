@@ -85,6 +85,7 @@ StudyRun read_study_run(const std::string& file) {
   r.device = s.layout.device;
   r.schedule = s.layout.schedule;
   r.model = s.deck.model.kind;
+  r.parameters = s.parameters;
   r.precision = s.deck.optim.precision;
   r.global_batch = s.deck.optim.global_batch;
   r.micro_batch = s.layout.micro_batch;
@@ -100,6 +101,9 @@ StudyRun read_study_run(const std::string& file) {
   r.expected_bubble = s.expected_bubble_fraction;
   r.stages = s.stages;
   if (r.world < 1) throw BadInput(fmt::format("report: {}: layout.world = {} is not a rank count", file, r.world));
+  for (const auto& [field, count] : {std::pair<const char*, int64_t>{"layout.nodes", r.nodes}, {"layout.dp", r.dp},
+                                     {"layout.pp", r.pp}, {"deck.optim.global_batch", r.global_batch}})
+    if (count < 1) throw BadInput(fmt::format("report: {}: {} = {} is not a count (1 or more)", file, field, count));
   if (!(r.step_time_s > 0) || !std::isfinite(r.step_time_s))
     throw BadInput(
         fmt::format("report: {}: no step time (throughput.step_time_s and samples_per_s are 0: did the "
@@ -110,7 +114,11 @@ StudyRun read_study_run(const std::string& file) {
 
 std::vector<std::string> find_reports(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw BadInput(fmt::format("report: {}: no such folder", dir));
+  if (!fs::is_directory(dir, ec))
+    throw BadInput(fs::exists(dir, ec) ? fmt::format("report: {} is a file: give the folder that holds the runs' "
+                                                     "report.json files (or a sweep folder)",
+                                                     dir)
+                                       : fmt::format("report: {}: no such folder", dir));
   std::vector<std::string> files;
   // A run folder (one holding report.json) is a leaf: its checkpoints and whatever its links
   // reach are not searched. Links to run folders are followed (a study assembled from links to
@@ -180,6 +188,14 @@ Study compute_scaling(std::vector<StudyRun> runs, const std::string& kind) {
                    : fmt::format(", {}/{} samples per rank", r.global_batch, r.world);
     batches_of_layout[layout_of[i]].push_back(r.group);
   }
+  // One group (layout and batch) is one model: two sizes of it (model.hidden, layers) would make the smaller one the
+  // other's baseline, an efficiency of 120% say.
+  for (const auto& r : runs)
+    for (const auto& s : runs)
+      if (r.group == s.group && r.parameters > 0 && s.parameters > 0 && r.parameters != s.parameters)
+        throw BadInput(fmt::format("report: {} and {} train different models ({} and {} parameters) in one group ({}): "
+                                   "a scaling study compares one model; give each its own study folder",
+                                   r.file, s.file, r.parameters, s.parameters, r.group));
   for (size_t i = 0; i < runs.size(); ++i) {
     const StudyRun& r = runs[i];
     const auto& groups = batches_of_layout[layout_of[i]];

@@ -24,6 +24,7 @@ struct StudyRun {
   std::string name;  // deck run.name
   int world = 1, nodes = 1, dp = 1, pp = 1, zero = 0;
   std::string backend, device, schedule, model, precision;
+  int64_t parameters = 0;  // the model's (0: an older report without the field)
   int64_t global_batch = 0, micro_batch = 0, steps = 0, steps_run = 0;  // steps_run: in this run (after a resume)
   double step_time_s = 0, samples_per_s = 0;
   std::map<std::string, double> phase_s;          // time_s.* (max over ranks), seconds over the run

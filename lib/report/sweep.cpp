@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "config/deck.hpp"
 #include "core/error.hpp"
 #include "report/report.hpp"
 #include "report/text_output.hpp"
@@ -29,6 +30,8 @@ double metric_of(const SweepPoint& p, const std::string& metric) {
 std::string metric_text(const SweepPoint& p, const std::string& metric) {
   return metric == "test_accuracy" ? fmt::format("{:.2f}%", 100.0 * p.test_accuracy) : fmt::format("{:.4f}", p.test_loss);
 }
+
+bool ranked(const SweepPoint& p) { return p.finished && p.evaluated; }
 
 std::string value_of(const SweepPoint& p, const std::string& key) {
   for (const auto& [k, v] : p.overrides)
@@ -110,6 +113,43 @@ std::vector<std::vector<std::pair<std::string, std::string>>> read_sweep_file(co
   return points;
 }
 
+namespace {
+
+// The deck a point's report.json records has the point's overrides: a sweep.txt edited by hand
+// after the point ran would pair its results with other overrides (sweep.slurm refuses such a
+// change while the point's folder exists; an editor does not).
+void check_point_ran_its_overrides(const SweepPoint& p, const ReadReport& report, const std::string& file) {
+  const config::Deck& ran = report.summary.deck;
+  // The recorded deck with the point's overrides applied, all together (a pair such as
+  // global_batch and micro_batch can hold the rules only together). A key this trident does not
+  // know is left out (trident refused it: no run recorded it), the others still checked; and
+  // run.output_dir is sweep.slurm's own (point_K, set after the point's overrides).
+  std::vector<std::string> known;
+  for (const auto& field : config::deck_fields()) known.push_back(field.name());
+  std::vector<std::string> overrides;
+  for (const auto& [key, value] : config::deck_values(ran)) overrides.push_back(key + "=" + value);
+  for (const auto& [key, value] : p.overrides)
+    if (key != "run.output_dir" && std::find(known.begin(), known.end(), key) != known.end())
+      overrides.push_back(key + "=" + value);
+  config::Deck expected;
+  try {
+    expected = config::parse_deck_text("", file, overrides);
+  } catch (const BadInput&) {
+    return;  // values trident refuses: no run recorded them
+  }
+  std::string list;  // of the keys the report records ("section.key before -> after")
+  for (const auto& change : config::changed_keys(ran, expected))
+    for (const auto& key : report.deck_keys)
+      if (change.rfind(key + " ", 0) == 0) list += (list.empty() ? "" : "; ") + change;
+  if (list.empty()) return;
+  throw BadInput(fmt::format("report: {}: point {} ran with other values than its line of sweep.txt gives (ran -> "
+                             "sweep.txt: {}): sweep.txt was changed after it ran; restore the line, or remove {} and "
+                             "run the point again",
+                             file, p.index, list, p.dir));
+}
+
+}  // namespace
+
 bool is_sweep_dir(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / "sweep.txt"); }
 
 Sweep load_sweep(const std::string& dir, const std::string& metric) {
@@ -129,8 +169,11 @@ Sweep load_sweep(const std::string& dir, const std::string& metric) {
     p.dir = (fs::path(dir) / fmt::format("point_{}", k)).string();
     const std::string file = p.dir + "/report.json";
     if (fs::is_regular_file(file)) {
-      const Summary s = read_report_json(file).summary;
+      const ReadReport read = read_report_json(file);
+      const Summary& s = read.summary;
+      check_point_ran_its_overrides(p, read, file);
       p.finished = true;
+      p.evaluated = read.has_test_figures;
       p.test_loss = s.test_loss;
       p.test_accuracy = s.test_accuracy;
       p.train_loss = s.train_loss;
@@ -148,8 +191,8 @@ Sweep load_sweep(const std::string& dir, const std::string& metric) {
   if (sweep.metric.empty()) sweep.metric = token_model ? "test_loss" : "test_accuracy";
   const bool higher = higher_is_better(sweep.metric);
   std::stable_sort(sweep.points.begin(), sweep.points.end(), [&](const SweepPoint& a, const SweepPoint& b) {
-    if (a.finished != b.finished) return a.finished;
-    if (!a.finished) return a.index < b.index;
+    if (ranked(a) != ranked(b)) return ranked(a);
+    if (!ranked(a)) return a.index < b.index;
     const double x = metric_of(a, sweep.metric), y = metric_of(b, sweep.metric);
     if (x != y) return higher ? x > y : x < y;
     // A tie (two points at 100% accuracy) goes to the better of the other metric, then file order.
@@ -159,7 +202,7 @@ Sweep load_sweep(const std::string& dir, const std::string& metric) {
   });
   int rank = 0;
   for (auto& p : sweep.points)
-    if (p.finished) p.rank = ++rank;
+    if (ranked(p)) p.rank = ++rank;
   return sweep;
 }
 
@@ -172,9 +215,12 @@ std::string sweep_markdown(const Sweep& sweep) {
   for (size_t i = 0; i < sweep.swept_keys.size(); ++i) md += "---|";
   md += "---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& p : sweep.points) {
-    md += p.finished ? fmt::format("| {} | {} |", p.rank, p.index) : fmt::format("| - | {} |", p.index);
+    md += ranked(p) ? fmt::format("| {} | {} |", p.rank, p.index) : fmt::format("| - | {} |", p.index);
     for (const auto& key : sweep.swept_keys) md += " " + md_cell(value_of(p, key)) + " |";
-    if (p.finished)
+    if (p.finished && !p.evaluated)
+      md += fmt::format(" no test figures in its report.json | - | {:.4f} | {} | {} | {:.2f} | {:.0f} |\n", p.train_loss,
+                        p.steps, p.micro_batch, 1e3 * p.step_time_s, p.samples_per_s);
+    else if (p.finished)
       md += fmt::format(" {:.2f}% | {:.4f} | {:.4f} | {} | {} | {:.2f} | {:.0f} |\n", 100.0 * p.test_accuracy, p.test_loss,
                         p.train_loss, p.steps, p.micro_batch, 1e3 * p.step_time_s, p.samples_per_s);
     else
@@ -200,8 +246,10 @@ std::string sweep_csv(const Sweep& sweep) {
   for (const auto& p : sweep.points) {
     csv += fmt::format("{},{}", p.rank, p.index);
     for (const auto& key : sweep.swept_keys) csv += "," + csv_field(value_of(p, key));
-    csv += fmt::format(",{},{:.6g},{:.6g},{:.6g},{},{},{},{:.6g},{:.6g},{}\n", p.finished ? 1 : 0, p.test_accuracy, p.test_loss,
-                       p.train_loss, p.steps, p.micro_batch, p.micro_batches, p.step_time_s, p.samples_per_s, csv_field(p.dir));
+    // (no test figures: empty cells, not 0)
+    const auto test_figure = [&](double x) { return p.finished && !p.evaluated ? std::string() : fmt::format("{:.6g}", x); };
+    csv += fmt::format(",{},{},{},{:.6g},{},{},{},{:.6g},{:.6g},{}\n", p.finished ? 1 : 0, test_figure(p.test_accuracy),
+                       test_figure(p.test_loss), p.train_loss, p.steps, p.micro_batch, p.micro_batches, p.step_time_s, p.samples_per_s, csv_field(p.dir));
   }
   return csv;
 }
@@ -213,7 +261,7 @@ std::string sweep_svg(const Sweep& sweep) {
   const double left = 320, width = 420, bar = 18, gap = 6, top = 50;
   std::vector<const SweepPoint*> done;
   for (const auto& p : sweep.points)
-    if (p.finished) done.push_back(&p);
+    if (ranked(p)) done.push_back(&p);
   const auto rows = micro_batch_swept(sweep) ? batch_rows(sweep) : std::vector<BatchRow>{};
   const double ranks_h = static_cast<double>(done.size()) * (bar + gap);
   const double batch_top = top + ranks_h + 60;

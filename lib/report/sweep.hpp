@@ -16,6 +16,7 @@ struct SweepPoint {
   std::vector<std::pair<std::string, std::string>> overrides;  // section.key -> value, as written
   std::string dir;                         // SWEEP_DIR/point_K
   bool finished = false;                   // its report.json exists (the run ended and wrote it)
+  bool evaluated = false;                  // and has the final test figures (null: NaN), so it is ranked
   double test_loss = 0, test_accuracy = 0, train_loss = 0;
   double step_time_s = 0, samples_per_s = 0;
   int64_t micro_batch = 0, micro_batches = 0, steps = 0;

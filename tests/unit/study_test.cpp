@@ -34,6 +34,7 @@ class StudyReport : public ScratchFolderTest {
         << ", \"micro_batch\": 16, \"precision\": \"" << precision_ << "\"}},\n"
         << " \"layout\": {\"world\": " << world << ", \"nodes\": " << nodes << ", \"dp\": " << world / pp
         << ", \"pp\": " << pp << ", \"zero\": 0, \"backend\": \"mpi\", \"device\": \"cpu\", \"schedule\": \"1f1b\"},\n"
+        << (parameters_ > 0 ? " \"parameters\": " + std::to_string(parameters_) + "," : std::string())
         << " \"steps\": 100, \"resumed_from\": "
         << (resumed_from.empty() ? std::string("null") : "\"" + resumed_from + "\"") << ","
         << (first_step >= 0 ? " \"first_step\": " + std::to_string(first_step) + "," : std::string()) << "\n"
@@ -45,6 +46,7 @@ class StudyReport : public ScratchFolderTest {
   }
   std::string path() const { return dir_.string(); }
   std::string precision_ = "fp32";  // of the runs written next
+  int64_t parameters_ = 0;          // of the runs written next (0: no field, as older reports)
   trident::report::Study load(const std::string& kind) const {
     return load_study(std::vector<std::string>{path()}, kind);
   }
@@ -79,6 +81,43 @@ TEST_F(StudyReport, StrongScalingAgainstTheOneRankRun) {
   EXPECT_EQ(run_of(s, 4).nodes, 2);
   EXPECT_EQ(run_of(s, 4).model_state_bytes, 4 << 20);
   EXPECT_EQ(run_of(s, 4).peak_bytes, 100 << 20);
+}
+
+// Two sizes of one model in a group's runs are refused: the small one was the large one's
+// baseline (an efficiency of 122%). A report without the count (older) is not compared, nor is a
+// model studied at another batch (a group of its own).
+TEST_F(StudyReport, OneLayoutOfTwoModelsIsRefused) {
+  parameters_ = 1000;
+  run("ranks_1", 1, 1, 0.100, 64);
+  parameters_ = 0;
+  run("ranks_4", 4, 1, 0.040, 64);
+  EXPECT_NO_THROW(load(""));
+  parameters_ = 250000;
+  run("big_1", 1, 1, 0.300, 128);
+  run("big_2", 2, 1, 0.160, 128);
+  EXPECT_NO_THROW(load("strong"));
+  run("ranks_2", 2, 1, 0.060, 64);
+  try {
+    load("strong");
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("train different models (1000 and 250000 parameters) in one group (mlp fp32 "
+                                         "pp1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Counts below 1 in a report.json are refused naming the field (the table showed "dp -7 x pp 0").
+TEST_F(StudyReport, ACountBelowOneNamesItsField) {
+  run("ranks_1", 1, -1, 0.100, 64);
+  try {
+    load("");
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks_1/report.json: layout.nodes = -1 is not a count"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Weak scaling, 32 samples per rank: T1 = 100 ms, T2 = 110 ms, T4 = 125 ms.
@@ -172,6 +211,32 @@ TEST_F(StudyReport, BadInputNamesTheFile) {
     FAIL() << "report.json without steps accepted";
   } catch (const BadInput& e) {
     EXPECT_NE(std::string(e.what()).find("no field 'deck.optim.global_batch'"), std::string::npos) << e.what();
+  }
+  // A field of the wrong type is named (the message gave nlohmann's text alone).
+  std::ofstream(dir_ / "broken" / "report.json")
+      << "{\"deck\": {\"optim\": {\"global_batch\": 64}}, \"layout\": {\"world\": 2}, \"steps\": 10, "
+         "\"throughput\": {\"samples_per_s\": 100, \"step_time_s\": \"fast\"}}";
+  try {
+    load("");
+    FAIL() << "a string step time accepted";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("report.json: field 'throughput.step_time_s' has the wrong type (\"fast\""),
+              std::string::npos)
+        << e.what();
+  }
+  // A count that does not fit (2^40 ranks read as 0) or is not whole (2.5) is named too.
+  for (const auto& [world, shown] : {std::pair<std::string, std::string>{"1099511627776", "1099511627776"}, {"2.5", "2.5"}}) {
+    std::ofstream(dir_ / "broken" / "report.json")
+        << "{\"deck\": {\"optim\": {\"global_batch\": 64}}, \"layout\": {\"world\": " << world
+        << "}, \"steps\": 10, \"throughput\": {\"samples_per_s\": 100}}";
+    try {
+      load("");
+      FAIL() << "layout.world " << world << " accepted";
+    } catch (const BadInput& e) {
+      EXPECT_NE(std::string(e.what()).find("field 'layout.world' has the wrong type (" + shown + ": not a whole number"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

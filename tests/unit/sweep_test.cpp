@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,65 @@ TEST_F(SweepReport, ReadsPointsWithOrWithoutSetAndSkipsComments) {
   ASSERT_EQ(points.size(), 2u);
   EXPECT_EQ(points[0], (std::vector<std::pair<std::string, std::string>>{{"optim.lr", "1e-3"}, {"optim.micro_batch", "8"}}));
   EXPECT_EQ(points[1], (std::vector<std::pair<std::string, std::string>>{{"optim.lr", "3e-3"}, {"optim.micro_batch", "16"}}));
+}
+
+// A sweep.txt edited by hand after its points ran (lines swapped) would rank each point's result
+// under the other's overrides: refused, naming the point and the values (the report said the
+// winner was lr 1e-3 where its report.json records 0.01). Keys a report does not record (an older
+// trident's) are not compared.
+TEST_F(SweepReport, APointThatRanOtherOverridesIsRefused) {
+  sweep_file("optim.micro_batch=16\noptim.micro_batch=8\n");
+  point(0, 0.80, 0.60, 8, 0.040);  // ran micro_batch 8: line 1 of the file as it was
+  point(1, 0.90, 0.40, 16, 0.025);
+  try {
+    load_sweep(dir_.string(), "");
+    FAIL() << "no error";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("point_0/report.json: point 0 ran with other values than its line of sweep.txt "
+                                         "gives (ran -> sweep.txt: optim.micro_batch 8 -> 16)"),
+              std::string::npos)
+        << e.what();
+  }
+  sweep_file("optim.micro_batch=8 optim.lr=5e-2\noptim.micro_batch=16 optim.global_batch=64\n");  // lr: not in these reports
+  EXPECT_NO_THROW(load_sweep(dir_.string(), ""));
+  // run.output_dir is sweep.slurm's (point_K, after the point's overrides): a line's own is not a
+  // change; a key this trident does not know leaves the others checked.
+  {
+    const fs::path file = dir_ / "point_0" / "report.json";
+    std::ifstream in(file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("\"deck\": {"), 9, "\"deck\": {\"run\": {\"output_dir\": \"sweeps/x/point_0\"}, ");
+    std::ofstream(file) << text;
+  }
+  sweep_file("optim.micro_batch=8 run.output_dir=runs/mine\noptim.micro_batch=16\n");
+  EXPECT_NO_THROW(load_sweep(dir_.string(), ""));
+  sweep_file("optim.micro_batch=16 optim.bogus=1\noptim.micro_batch=16\n");
+  EXPECT_THROW(load_sweep(dir_.string(), ""), BadInput);
+}
+
+// A point whose report.json has no test figures (null: a NaN loss) is listed, unranked, below the
+// ranked ones; it ranked first with a test loss of 0.
+TEST_F(SweepReport, APointWithoutTestFiguresIsNotRanked) {
+  sweep_file("optim.micro_batch=8\noptim.micro_batch=16\n");
+  point(0, 0.80, 0.60, 8, 0.040);
+  point(1, 0.90, 0.40, 16, 0.025);
+  {
+    const fs::path file = dir_ / "point_1" / "report.json";
+    std::ifstream in(file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string loss = "\"test_loss\": 0.4";
+    text.replace(text.find(loss), loss.size(), "\"test_loss\": null");
+    std::ofstream(file) << text;
+  }
+  const Sweep s = load_sweep(dir_.string(), "test_loss");
+  ASSERT_EQ(s.points.size(), 2u);
+  EXPECT_EQ(s.points[0].index, 0);
+  EXPECT_EQ(s.points[0].rank, 1);
+  EXPECT_EQ(s.points[1].index, 1);
+  EXPECT_EQ(s.points[1].rank, 0);
+  const std::string md = sweep_markdown(s);
+  EXPECT_NE(md.find("| - | 1 | 16 | no test figures in its report.json |"), std::string::npos) << md;
+  EXPECT_NE(sweep_csv(s).find("0,1,16,1,,,0.5,"), std::string::npos) << sweep_csv(s);
 }
 
 // The deck's comment rule (sweep.slurm reads the file the same way): a '#' at a line's start or
