@@ -45,23 +45,40 @@ Lifetime parse_lifetime(const std::string& line, const std::string& where) {
   }
   if (!r.is_object()) throw BadInput(fmt::format("{}: not a JSON object", where));
   Lifetime l;
-  auto number = [&](const char* key, auto& into) {
+  // Counts are whole and seconds finite, neither negative: a hand-edited or foreign record
+  // (first_step 1.5, end before start) would otherwise give a goodput above 100% or below 0.
+  auto field = [&](const char* key) -> const json& {
     const auto it = r.find(key);
     if (it == r.end() || !it->is_number())
       throw BadInput(fmt::format("{}: field '{}' is missing or not a number", where, key));
-    into = it->get<std::decay_t<decltype(into)>>();
+    return *it;
   };
-  number("start", l.start);
-  number("end", l.end);
-  number("first_step", l.first_step);
-  number("last_step", l.last_step);
-  number("startup_s", l.startup_s);
-  number("step_s", l.step_s);
-  number("data_wait_s", l.data_wait_s);
-  number("evaluation_s", l.evaluation_s);
-  number("checkpoint_s", l.checkpoint_s);
-  number("work_lost_steps", l.work_lost_steps);
-  number("work_lost_s", l.work_lost_s);
+  auto seconds = [&](const char* key, double& into) {
+    into = field(key).get<double>();
+    if (!(into >= 0)) throw BadInput(fmt::format("{}: field '{}' = {} is negative", where, key, into));
+  };
+  auto count = [&](const char* key, int64_t& into) {
+    const json& v = field(key);
+    const bool whole = v.is_number_unsigned() ? v.get<uint64_t>() <= (uint64_t{1} << 62)
+                                              : v.is_number_integer() && v.get<int64_t>() >= 0;
+    if (!whole) throw BadInput(fmt::format("{}: field '{}' = {} is not a step count", where, key, v.dump()));
+    into = v.get<int64_t>();
+  };
+  seconds("start", l.start);
+  seconds("end", l.end);
+  count("first_step", l.first_step);
+  count("last_step", l.last_step);
+  seconds("startup_s", l.startup_s);
+  seconds("step_s", l.step_s);
+  seconds("data_wait_s", l.data_wait_s);
+  seconds("evaluation_s", l.evaluation_s);
+  seconds("checkpoint_s", l.checkpoint_s);
+  count("work_lost_steps", l.work_lost_steps);
+  seconds("work_lost_s", l.work_lost_s);
+  if (l.end < l.start)
+    throw BadInput(fmt::format("{}: end = {} is before start = {}", where, l.end, l.start));
+  if (l.last_step < l.first_step)
+    throw BadInput(fmt::format("{}: last_step = {} is before first_step = {}", where, l.last_step, l.first_step));
   if (r.contains("job") && r["job"].is_string()) l.job = r["job"];
   if (r.contains("host") && r["host"].is_string()) l.host = r["host"];
   if (r.contains("exit_code") && r["exit_code"].is_number_integer()) l.exit_code = r["exit_code"].get<int>();

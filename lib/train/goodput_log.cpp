@@ -23,6 +23,10 @@ double unix_now() {
 namespace {
 const double g_process_start = unix_now();
 
+// The wall clock, never before the process started: a clock stepped back (NTP) would make a
+// record whose end is before its start, which the report skips as impossible.
+double unix_now_since_start() { return std::max(unix_now(), g_process_start); }
+
 std::string job_name() {
   if (const char* id = std::getenv("SLURM_JOB_ID"); id && *id) {
     std::string job = id;
@@ -75,7 +79,7 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step, bool n
   life_.job = job_name();
   life_.host = host_name();
   life_.start = g_process_start;
-  life_.end = unix_now();
+  life_.end = unix_now_since_start();
   life_.first_step = life_.last_step = start_step;
   if (start_step > 0) life_.resumed_from_step = start_step;
   chain.push_back(life_);
@@ -89,7 +93,7 @@ void GoodputLog::startup_ends() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (started_) return;
   started_ = true;
-  life_.startup_s = unix_now() - life_.start;
+  life_.startup_s = unix_now_since_start() - life_.start;
 }
 
 void GoodputLog::set(const GoodputProgress& p) {
@@ -102,7 +106,7 @@ void GoodputLog::set(const GoodputProgress& p) {
 }
 
 void GoodputLog::stamp_end() {
-  life_.end = unix_now();
+  life_.end = unix_now_since_start();
   if (!started_) life_.startup_s = life_.end - life_.start;  // no step ran: all of it was start-up
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "core/error.hpp"
@@ -134,6 +135,42 @@ TEST(Goodput, TornLinesAreSkippedAndNamed) {
   } catch (const BadInput& e) {
     EXPECT_NE(std::string(e.what()).find("goodput.jsonl is a folder, not a file"), std::string::npos) << e.what();
   }
+  fs::remove_all(dir);
+}
+
+// Values no lifetime can have (a hand-edited or foreign record) are skipped and named like a torn
+// line: they gave a goodput above 100% (end before start) or an undefined conversion (1e300 steps).
+TEST(Goodput, RecordsWithImpossibleValuesAreSkippedAndNamed) {
+  const fs::path dir = fresh_dir("impossible");
+  const std::string good = report::lifetime_json(lifetime(0, 10, 0, 0, 10, 8));
+  auto with = [&](const std::string& key, const std::string& value) {
+    nlohmann::json r = nlohmann::json::parse(good);
+    r[key] = nlohmann::json::parse(value);
+    return r.dump();
+  };
+  {
+    std::ofstream out(dir / "goodput.jsonl");
+    out << good << "\n"
+        << with("end", "-5") << "\n"                 // 2: end before start
+        << with("first_step", "1.5") << "\n"         // 3: not whole
+        << with("last_step", "1e300") << "\n"        // 4: beyond int64
+        << with("step_s", "-1") << "\n"              // 5: negative seconds
+        << with("first_step", "11") << "\n"          // 6: last before first
+        << with("work_lost_steps", "18446744073709551615") << "\n";  // 7: wraps to -1 as int64
+  }
+  const auto acc = report::load_goodput(dir.string());
+  ASSERT_EQ(acc.lifetimes.size(), 1u);
+  ASSERT_EQ(acc.skipped.size(), 6u);
+  const std::vector<std::string> expected = {
+      "goodput.jsonl:2: field 'end' = -5 is negative",
+      "goodput.jsonl:3: field 'first_step' = 1.5 is not a step count",
+      "goodput.jsonl:4: field 'last_step' = 1e+300 is not a step count",
+      "goodput.jsonl:5: field 'step_s' = -1 is negative",
+      "goodput.jsonl:6: last_step = 10 is before first_step = 11",
+      "goodput.jsonl:7: field 'work_lost_steps' = 18446744073709551615 is not a step count"};
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_NE(acc.skipped[i].find(expected[i]), std::string::npos) << acc.skipped[i];
+  EXPECT_LE(acc.goodput(), 1.0);
   fs::remove_all(dir);
 }
 
