@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +16,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
@@ -132,7 +135,8 @@ void print_usage(std::FILE* out) {
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
       "  trident report --goodput RUN_DIR [--out DIR]  where a run's job chain spent its time (goodput.md, .svg)\n"
       "  trident report SWEEP_DIR [--out DIR] [--rank-by test_accuracy|test_loss]  a jobs/sweep.slurm sweep, ranked\n"
-      "  trident --version | --help                  (also: version, help, -h)\n\n"
+      "  trident --version | --help                  (also: version, help, -h)\n"
+      "  trident COMMAND --help                      a command's options (also: trident help COMMAND)\n\n"
       "exit codes: 0 success, 2 bad input (deck, dataset, layout, checkpoint; one message), 3 stopped by\n"
       "SIGUSR1/SIGTERM/SIGINT after a checkpoint was committed (requeue me), 4 training diverged (NaN/Inf gradient),\n"
       "1 a fault (the job aborts) or a checkpoint that could not be written\n",
@@ -202,6 +206,7 @@ int prepare_data_command(int argc, char** argv) {
   data::SyntheticSpec spec;
   data::SyntheticTokensSpec tokens;
   double test_fraction = 0.1;
+  std::string seed = std::to_string(spec.seed);  // read as text: Boost takes "-1" as 2^64-1 for an unsigned
   options.add_options()("help,h", "this help")("kind", po::value<std::string>(), "fashion-mnist | synthetic | text")(
       "out", po::value<std::string>(), "output HDF5 file")(
       "source", po::value<std::string>(),
@@ -220,7 +225,7 @@ int prepare_data_command(int argc, char** argv) {
       "classes", po::value<int64_t>(&spec.classes)->default_value(spec.classes), "synthetic: classes")(
       "shape", po::value<std::string>(&shape)->default_value(shape), "synthetic: sample shape CxHxW")(
       "noise", po::value<double>(&spec.noise)->default_value(spec.noise, fmt::format("{}", spec.noise)), "synthetic: noise standard deviation")(
-      "seed", po::value<uint64_t>(&spec.seed)->default_value(spec.seed), "synthetic: seed");
+      "seed", po::value<std::string>(&seed)->default_value(seed), "synthetic: seed (0 to 2^64-1)");
   po::positional_options_description positional;
   positional.add("kind", 1);
   return guarded(Ranks::serial, [&] {
@@ -247,6 +252,17 @@ int prepare_data_command(int argc, char** argv) {
     auto source_or = [&](const char* fallback) {
       return vm.count("source") ? vm["source"].as<std::string>() : std::string(fallback);
     };
+    // A whole number that fits, all of the text ("1x4x4x9" is no shape, 2^64 no seed): BadInput
+    // naming the option.
+    auto whole = [](const std::string& text, auto& into, const std::string& what) {
+      const char* end = text.data() + text.size();
+      const auto [stop, error] = std::from_chars(text.data(), end, into);
+      if (error != std::errc() || stop != end || text.empty() || text[0] == '+')
+        throw BadInput(fmt::format("prepare-data: {} is not {}", what, std::is_signed_v<std::decay_t<decltype(into)>>
+                                                                           ? "a whole number that fits 64 bits"
+                                                                           : "a whole number from 0 to 2^64-1"));
+    };
+    whole(seed, spec.seed, "--seed '" + seed + "'");
     if (kind == "fashion-mnist") {
       data::prepare_fashion_mnist(source_or("/usr/share/datasets/fashion-mnist"), out);
     } else if (kind == "text") {
@@ -255,10 +271,18 @@ int prepare_data_command(int argc, char** argv) {
       tokens.seed = spec.seed;
       data::prepare_synthetic_tokens(tokens, out);
     } else if (kind == "synthetic") {
-      int consumed = 0;  // the whole text, not a prefix of it ("1x4x4x9" is not a shape)
-      if (std::sscanf(shape.c_str(), "%ldx%ldx%ld%n", &spec.channels, &spec.height, &spec.width, &consumed) != 3 ||
-          static_cast<size_t>(consumed) != shape.size())
-        throw BadInput("prepare-data: --shape '" + shape + "' is not CxHxW (e.g. 1x28x28)");
+      std::vector<std::string> sizes;
+      for (size_t from = 0;;) {
+        const size_t x = shape.find('x', from);
+        sizes.push_back(shape.substr(from, x - from));
+        if (x == std::string::npos) break;
+        from = x + 1;
+      }
+      if (sizes.size() != 3) throw BadInput("prepare-data: --shape '" + shape + "' is not CxHxW (e.g. 1x28x28)");
+      const char* names[] = {"C", "H", "W"};
+      int64_t* into[] = {&spec.channels, &spec.height, &spec.width};
+      for (int i = 0; i < 3; ++i)
+        whole(sizes[i], *into[i], fmt::format("--shape '{}': {} '{}'", shape, names[i], sizes[i]));
       data::prepare_synthetic(spec, out);
     } else {
       throw BadInput("prepare-data: unknown kind '" + kind + "' (fashion-mnist | synthetic | text)");

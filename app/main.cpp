@@ -8,6 +8,24 @@
 #include "core/hdf5.hpp"
 #include "core/malloc_tuning.hpp"
 
+namespace {
+
+// The subcommand argv[0] names, given argv from its name on (`train DECK --set ...`); -1 when
+// argv[0] names none.
+int run_subcommand(int argc, char** argv) {
+  using namespace trident::app;
+  const std::string command = argv[0];
+  if (command == "train") return train_command(argc, argv);
+  if (command == "prepare-data") return prepare_data_command(argc, argv);
+  if (command == "inspect") return inspect_command(argc, argv);
+  if (command == "compare") return compare_command(argc, argv);
+  if (command == "plan") return plan_command(argc, argv);
+  if (command == "report") return report_command(argc, argv);
+  return -1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace trident::app;
   trident::keep_freed_memory_in_process();
@@ -17,18 +35,27 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = argv[1];
-  // Each subcommand sees argv from its own name on: `train DECK --set ...`.
-  if (command == "train") return train_command(argc - 1, argv + 1);
-  if (command == "prepare-data") return prepare_data_command(argc - 1, argv + 1);
-  if (command == "inspect") return inspect_command(argc - 1, argv + 1);
-  if (command == "compare") return compare_command(argc - 1, argv + 1);
-  if (command == "plan") return plan_command(argc - 1, argv + 1);
-  if (command == "report") return report_command(argc - 1, argv + 1);
-  if (command == "--version" || command == "version") {
+  if (const int code = run_subcommand(argc - 1, argv + 1); code >= 0) return code;
+  const bool version = command == "--version" || command == "version";
+  const bool help = command == "--help" || command == "-h" || command == "help";
+  // `trident help train` is `trident train --help`; any other word after these is a mistake, said
+  // (a script's `trident version --short` was read as a version).
+  if (help && argc == 3) {
+    char help_option[] = "--help";
+    char* sub_argv[] = {argv[2], help_option, nullptr};
+    if (const int code = run_subcommand(2, sub_argv); code >= 0) return code;
+  }
+  if ((version || help) && argc > 2) {
+    if (trident::launcher_rank() == 0)
+      std::fprintf(stderr, "trident: error: %s takes no argument here ('%s'%s)\n", command.c_str(), argv[2],
+                   help ? "; trident help COMMAND takes a command trident --help lists" : "");
+    return 2;
+  }
+  if (version) {
     std::printf("trident %s\n", TRIDENT_VERSION);
     return 0;
   }
-  if (command == "--help" || command == "-h" || command == "help") {
+  if (help) {
     print_usage(stdout);
     return 0;
   }

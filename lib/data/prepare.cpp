@@ -17,6 +17,9 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -265,8 +268,12 @@ void prepare_fashion_mnist(const std::string& source_dir, const std::string& out
 }
 
 void prepare_synthetic(const SyntheticSpec& spec, const std::string& out) {
-  if (spec.train < 1 || spec.test < 1 || spec.classes < 2 || spec.channels < 1 || spec.height < 1 || spec.width < 1)
-    fatal_all("prepare-data synthetic: sizes must be positive and classes >= 2");
+  // The first option out of range, named with its value.
+  for (const auto& [option, value, least] :
+       {std::tuple<const char*, int64_t, int64_t>{"--train", spec.train, 1}, {"--test", spec.test, 1},
+        {"--classes", spec.classes, 2}, {"--shape's C", spec.channels, 1}, {"--shape's H", spec.height, 1},
+        {"--shape's W", spec.width, 1}})
+    if (value < least) fatal_all(fmt::format("prepare-data synthetic: {} {} must be {} or more", option, value, least));
   // Both splits are made in memory (float32, twice over while they are drawn).
   // (and the classes' prototypes, float32)
   const double pixels = static_cast<double>(spec.channels) * static_cast<double>(spec.height) * static_cast<double>(spec.width);
@@ -373,8 +380,9 @@ void prepare_text(const std::string& source, double test_fraction, const std::st
 }
 
 void prepare_synthetic_tokens(const SyntheticTokensSpec& spec, const std::string& out) {
-  if (spec.train_tokens < 2 || spec.test_tokens < 2 || spec.vocab < 2)
-    fatal_all("prepare-data synthetic: --tokens and --test-tokens must be >= 2 and --vocab >= 2");
+  for (const auto& [option, value] : {std::pair<const char*, int64_t>{"--tokens", spec.train_tokens},
+                                      {"--test-tokens", spec.test_tokens}, {"--vocab", spec.vocab}})
+    if (value < 2) fatal_all(fmt::format("prepare-data synthetic: {} {} must be 2 or more", option, value));
   if (spec.vocab > std::numeric_limits<int32_t>::max())  // the widest token type a dataset stores
     fatal_all(fmt::format("prepare-data synthetic: --vocab {} is larger than int32 token ids hold ({})", spec.vocab,
                           std::numeric_limits<int32_t>::max()));
@@ -473,7 +481,7 @@ std::string describe_hdf5(const std::string& path) {
                           "RUN/checkpoints/step_*.h5)", path));
   if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("inspect: {}: not an HDF5 file", path));
   hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.valid()) fatal_all(fmt::format("inspect: {}: HDF5 cannot open it", path));
+  if (!file.valid()) fatal_all(fmt::format("inspect: {}: HDF5 cannot open it: {}", path, innermost(hdf5_error_text())));
   // A damaged file is bad input named as such (exit 2), not a fault of the process.
   std::vector<hdf5::Object> objects;
   if (!hdf5::list_objects(file, objects))
@@ -493,7 +501,7 @@ std::string find_damaged_dataset(const std::string& path, int part, int parts, i
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   hdf5::quiet();
   hdf5::Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.valid()) return fmt::format("{}: HDF5 cannot open it", path);
+  if (!file.valid()) return fmt::format("{}: HDF5 cannot open it: {}", path, innermost(hdf5_error_text()));
   if (checksummed) *checksummed = 0;
   std::vector<hdf5::Object> objects;
   if (!hdf5::list_objects(file, objects)) return fmt::format("{}: HDF5 cannot list its objects, the file is damaged", path);
