@@ -10,6 +10,7 @@
 
 #include "comm/progress.hpp"
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "core/log.hpp"
 
 namespace trident::comm {
@@ -107,8 +108,7 @@ std::string first_error(MPI_Comm comm, const std::string& local_error) {
   // knows where to look. (Met by all, the message is the same everywhere; met by rank 0 alone, it
   // is most often a check only rank 0 makes.)
   std::string text = local_error;
-  std::string me = who();
-  if (me.rfind("rank ?", 0) == 0) me = "rank " + std::to_string(rank) + me.substr(6);  // before World::from
+  const std::string me = identity_known() ? who() : "rank " + std::to_string(rank) + " on " + host_name();  // before World::from
   if (rank == first && (first != 0 || failed > 1) && failed < size && text.find(me) == std::string::npos)
     text += " (met by " + me + (failed > 1 ? " and others" : "") + ")";
   return broadcast(comm, text, first);

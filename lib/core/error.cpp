@@ -20,7 +20,14 @@ namespace trident {
 namespace {
 // Set once MPI is up, read by every thread's messages (the watchdog's among them).
 std::mutex g_who_mutex;
-std::string g_who = "rank ?";
+std::string g_who;  // empty until MPI is up (and in the commands that run without it)
+
+// The rank the launcher gave this process, as its variable says it; null when started alone.
+const char* launcher_rank_variable() {
+  for (const char* name : {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (const char* value = std::getenv(name)) return value;
+  return nullptr;
+}
 
 }  // namespace
 
@@ -29,16 +36,22 @@ void set_identity(int rank, const std::string& host) {
   g_who = "rank " + std::to_string(rank) + " on " + host;
 }
 
+bool identity_known() {
+  std::lock_guard<std::mutex> lock(g_who_mutex);
+  return !g_who.empty();
+}
+
 std::string who() {
   std::lock_guard<std::mutex> lock(g_who_mutex);
-  if (g_who == "rank ?") return "rank ? on " + host_name();
-  return g_who;
+  if (!g_who.empty()) return g_who;
+  // Before MPI is up the launcher's rank; a command run alone (prepare-data, inspect) is a process.
+  if (launcher_rank_variable()) return "rank " + std::to_string(launcher_rank()) + " on " + host_name();
+  return "pid " + std::to_string(static_cast<long>(::getpid())) + " on " + host_name();
 }
 
 int launcher_rank() {
-  for (const char* name : {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
-    if (const char* value = std::getenv(name)) return std::atoi(value);
-  return 0;
+  const char* value = launcher_rank_variable();
+  return value ? std::atoi(value) : 0;
 }
 
 bool is_own_fault(const std::exception_ptr& error) {

@@ -81,8 +81,11 @@ bool is_own_fault(const std::exception_ptr& error);
 void set_abort_hook(std::function<void(int)> hook);
 [[noreturn]] void fatal_one(const std::string& message);
 
-// "rank 3 on node17" once MPI is up, "rank ? on host" before.
+// "rank 3 on node17" once MPI is up; before, the launcher's rank ("rank 3 on node17" too, and
+// "rank 0" in an sbatch script, which has SLURM_PROCID), or "pid 4711 on node17" in a process
+// started alone (prepare-data, inspect, report run by hand).
 std::string who();
+bool identity_known();  // MPI is up: who() is the rank in the world
 // The rank the launcher gave this process (mpiexec's PMI_RANK, srun's SLURM_PROCID, Open MPI's,
 // PMIx's), 0 when started alone: before MPI_Init, only rank 0 prints a command-line error.
 int launcher_rank();

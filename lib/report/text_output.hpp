@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -92,19 +93,21 @@ inline std::vector<std::string> write_text_files(const std::string& out_dir,
       fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // (less the umask)
       if (fd < 0 && errno != EEXIST) break;
     }
-    bool written = fd >= 0;
-    if (written) {
+    int reason = fd >= 0 ? 0 : errno;  // the system's, said with the path (a full disk, no permission)
+    if (fd >= 0) {
       tmps.push_back(tmp);
-      for (size_t done = 0; written && done < text.size();) {
+      for (size_t done = 0; reason == 0 && done < text.size();) {
         const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-        written = n > 0 || (n < 0 && errno == EINTR);
         if (n > 0) done += static_cast<size_t>(n);
+        else if (n == 0) reason = EIO;
+        else if (errno != EINTR) reason = errno;
       }
-      written = ::close(fd) == 0 && written;
+      if (::close(fd) != 0 && reason == 0) reason = errno;
     }
     const bool folder = fs::is_directory(paths.back(), ec);
-    if (!written || folder)
-      give_up(fmt::format("report: cannot write {}{}", paths.back(), folder ? ": a folder has its name" : ""));
+    if (reason != 0 || folder)
+      give_up(fmt::format("report: cannot write {}: {}", paths.back(),
+                          folder ? "a folder has its name" : std::generic_category().message(reason)));
   }
   // Every file written before any replaces its old copy: one that cannot be written leaves none.
   for (size_t i = 0; i < paths.size(); ++i) {

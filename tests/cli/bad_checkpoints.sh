@@ -78,6 +78,13 @@ expect_bad renamed "checkpoint renamed.h5: its tensor names are damaged" --resum
 expect_bad reshaped "checkpoint reshaped.h5: .*damaged" --resume reshaped.h5
 expect_bad deck_changed "checkpoint deck_changed.h5: its deck \(attribute 'deck'\) is damaged" --resume deck_changed.h5
 "$trident" inspect renamed.h5 >inspect_renamed.log 2>&1 && fail "trident inspect verified a file with a damaged tensor name"
+# inspect of a file HDF5 cannot open says HDF5's reason (it said "HDF5 cannot open it" alone).
+set +e
+"$trident" inspect truncated.h5 >inspect_truncated.log 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "inspect: truncated.h5: HDF5 cannot open it: truncated file: eof = " inspect_truncated.log ||
+  fail "inspect of a truncated file: exit $rc: $(cat inspect_truncated.log)"
 expect_bad other_optimizer "checkpoint .*step_0000004.h5: written with optim.name = adamw, this run's is sgd" \
   --set optim.name=sgd --resume "$good"
 

@@ -2,7 +2,8 @@
 # disk_full.sh TRIDENT MPIEXEC: run.output_dir on a 2 MB tmpfs holds one checkpoint of this mlp
 # (1.2 MB) but not two. The save at step 10 hits ENOSPC: the run stops with exit 1 and one
 # message naming the disk error; the step-5 checkpoint and `latest` are intact, the partial file
-# is removed; with space again, --resume auto continues from step 5 to the end. Needs root
+# is removed; with space again, --resume auto continues from step 5 to the end. prepare-data and
+# trident report on a full disk say so in one line. Needs root
 # (mount); fails, not skips, without it.
 source "$(dirname "$0")/common.sh" "$1" "$2" 2048
 disk=$work/disk
@@ -53,6 +54,19 @@ cat prepare_full.log prepare_big.log | cut -c1-300
 [ "$rc_big" = 1 ] && grep -q "writing /train/inputs failed: File too large" prepare_big.log ||
   fail "prepare-data past a file size limit: exit $rc_big"
 [ -z "$(ls big.h5* 2>/dev/null)" ] || fail "prepare-data past a file size limit left $(ls big.h5*)"
+
+# A report onto a full disk names the file and the system's reason (it said "cannot write" alone),
+# and leaves nothing there.
+dd if=/dev/zero of="$small/filler" bs=4k 2>/dev/null || true
+set +e
+"$trident" report --goodput "$disk/run" --out "$small" >report_full.log 2>&1
+rc=$?
+set -e
+cat report_full.log | cut -c1-300
+[ "$rc" = 2 ] && grep -q "report: cannot write $small/goodput.md: No space left on device" report_full.log ||
+  fail "report onto a full disk: exit $rc, not the message expected"
+rm "$small/filler"
+[ -z "$(ls -A "$small")" ] || fail "report left on the full disk: $(ls -A "$small")"
 
 # A checkpoint given as --out by mistake is refused (exit 2) and kept (it was replaced by a dataset).
 cp "$ckpts/step_0000020.h5" kept.h5
