@@ -366,7 +366,22 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
 
   if (d.run.name.empty() || !std::regex_match(d.run.name, std::regex("[A-Za-z0-9_.+-]+")))
     fail("run.name", fmt::format("'{}' must be non-empty and use only letters, digits and _ . + -", d.run.name));
+  else if (d.run.name.find_first_not_of('.') == std::string::npos)  // runs/${name} would be runs/ or runs/..
+    fail("run.name", fmt::format("'{}' is a folder's own name (. or ..): give the run a name of its own", d.run.name));
   if (d.run.output_dir.empty()) fail("run.output_dir", "must not be empty");
+  // A shell's word in a deck (trident expands ${name} only): $SCRATCH/runs or ~/runs made folders
+  // named '$SCRATCH' and '~' in the working directory.
+  for (size_t at = d.run.output_dir.find('$'); at != std::string::npos; at = d.run.output_dir.find('$', at + 1))
+    if (d.run.output_dir.compare(at, 2, "${") != 0) {
+      const size_t end = d.run.output_dir.find_first_not_of(
+          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_", at + 1);
+      fail("run.output_dir", fmt::format("'{}': trident does not expand the environment ('{}'): write the path, or "
+                                         "let the shell expand it (--set run.output_dir=\"{}\")",
+                                         d.run.output_dir, d.run.output_dir.substr(at, end - at), d.run.output_dir));
+      break;
+    }
+  if (d.run.output_dir[0] == '~')
+    fail("run.output_dir", fmt::format("'{}': trident does not expand '~': write the path (e.g. $HOME's)", d.run.output_dir));
   // Left after ${name} expanded (a run.name of its own ${...} is refused above, and would be named twice).
   if (const auto open = d.run.output_dir.find("${"); open != std::string::npos && d.run.name.find("${") == std::string::npos)
     fail("run.output_dir", fmt::format("'{}': '{}' is not a variable it knows (${{name}} or ${{run.name}})",
@@ -463,7 +478,9 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
     if (!env.cuda_available) fail("parallel.backend", "'nccl' requested, but " + env.no_cuda_reason);
     else if (d.run.device == "cpu") fail("parallel.backend", "'nccl' moves CUDA tensors; run.device = cpu trains on the CPU (use mpi)");
   }
-  if (!(d.parallel.bucket_mb > 0)) fail("parallel.bucket_mb", fmt::format("{} must be > 0", d.parallel.bucket_mb));
+  // (at most a TiB: the byte count, bucket_mb x 2^20, past 2^63 wrapped to a bucket per tensor)
+  if (!(d.parallel.bucket_mb > 0 && d.parallel.bucket_mb <= 1 << 20))
+    fail("parallel.bucket_mb", fmt::format("{} is out of range (more than 0, at most {})", d.parallel.bucket_mb, 1 << 20));
 
   one_of("optim.name", d.optim.name, {"adamw", "sgd"});
   if (!(d.optim.lr > 0)) fail("optim.lr", fmt::format("{} must be > 0", d.optim.lr));
@@ -472,11 +489,20 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.optim.lr > 0 && (d.optim.min_lr < 0 || d.optim.min_lr > d.optim.lr))
     fail("optim.min_lr", fmt::format("{} is out of range (0 <= min_lr <= lr = {})", d.optim.min_lr, d.optim.lr));
   at_least("optim.weight_decay", d.optim.weight_decay, 0);
+  // Each step scales the weights by 1 - lr x weight_decay: at 1 or more they are zeroed or flip sign.
+  if (d.optim.lr > 0 && d.optim.weight_decay > 0 && d.optim.lr * d.optim.weight_decay >= 1)
+    fail("optim.weight_decay", fmt::format("{} x optim.lr({}) = {} is 1 or more: each step would scale the weights by "
+                                           "{} (weight_decay is per unit of lr: 0.01 to 0.1 is usual)",
+                                           d.optim.weight_decay, d.optim.lr, d.optim.lr * d.optim.weight_decay,
+                                           1 - d.optim.lr * d.optim.weight_decay));
   for (auto [key, v] : {std::pair<const char*, double>{"optim.momentum", d.optim.momentum},
                         {"optim.beta1", d.optim.beta1},
                         {"optim.beta2", d.optim.beta2}})
     if (v < 0 || v >= 1) fail(key, fmt::format("{} is out of range (0 <= value < 1)", v));
-  if (!(d.optim.eps > 0)) fail("optim.eps", fmt::format("{} must be > 0", d.optim.eps));
+  // The optimizer state is float32: a smaller eps is 0 there, and a gradient of exactly 0 gives 0/0.
+  if (!(d.optim.eps >= std::numeric_limits<float>::min()))
+    fail("optim.eps", fmt::format("{} is out of range (at least {:g}, the smallest normal float32)", d.optim.eps,
+                                  std::numeric_limits<float>::min()));
   at_least("optim.clip_grad_norm", d.optim.clip_grad_norm, 0);
   if (one_of("optim.precision", d.optim.precision, {"fp32", "bf16", "fp16"}) && d.optim.precision == "fp16" &&
       (!env.cuda_available || d.run.device == "cpu"))

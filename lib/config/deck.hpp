@@ -13,7 +13,7 @@
 #define TRIDENT_DECK_RUN(X)                                                                     \
   X(run, name, std::string, "trident", "name of the run; ${name} in output_dir expands to it") \
   X(run, output_dir, std::string, "runs/${name}",                                               \
-    "where report.json, metrics.jsonl, goodput.jsonl and checkpoints/ go (relative to the working directory)") \
+    "where report.json, metrics.jsonl, goodput.jsonl and checkpoints/ go (relative to the working directory; ${name} is its one variable: no $VAR, no ~)") \
   X(run, seed, int64_t, 1234, "seed of the model initialisation and the data order (>= 0)")            \
   X(run, epochs, int64_t, 2, "passes over the training split (>= 1; ignored when max_steps > 0)")     \
   X(run, max_steps, int64_t, 0, "optimizer steps to run (>= 0); 0 = epochs x steps per epoch")         \
@@ -59,7 +59,7 @@
   X(parallel, virtual_stages, int64_t, 1,                                                       \
     "interleaved: model chunks per rank (2 to 1024); the layers are cut into pp x v chunks, rank r holding chunks r, r + pp, ...") \
   X(parallel, backend, std::string, "auto", "collectives: auto | mpi | nccl (auto: nccl for CUDA tensors, mpi for CPU ones and for ranks sharing a GPU)") \
-  X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB (> 0)")
+  X(parallel, bucket_mb, double, 25.0, "gradient all-reduce bucket size in MiB (> 0, at most 1048576)")
 
 #define TRIDENT_DECK_OPTIM(X)                                                                   \
   X(optim, name, std::string, "adamw", "adamw | sgd (with momentum)")                           \
@@ -67,11 +67,11 @@
   X(optim, lr_schedule, std::string, "constant", "constant | cosine (after warmup)")            \
   X(optim, warmup_steps, int64_t, 0, "steps of linear warmup from 0 to lr (>= 0)")                     \
   X(optim, min_lr, double, 0.0, "cosine: learning rate at the last step, when the warmup leaves 2 steps or more (0 <= min_lr <= lr)")                       \
-  X(optim, weight_decay, double, 0.0, "decoupled weight decay (adamw) or L2 term (sgd), >= 0")        \
+  X(optim, weight_decay, double, 0.0, "decoupled weight decay (adamw) or L2 term (sgd), >= 0, lr x weight_decay < 1")        \
   X(optim, momentum, double, 0.9, "sgd momentum, in [0, 1)")                                               \
   X(optim, beta1, double, 0.9, "adamw first-moment decay, in [0, 1)")                                      \
   X(optim, beta2, double, 0.999, "adamw second-moment decay, in [0, 1)")                                   \
-  X(optim, eps, double, 1e-8, "adamw denominator epsilon (> 0)")                                      \
+  X(optim, eps, double, 1e-8, "adamw denominator epsilon (>= 1.18e-38, a normal float32)")                                      \
   X(optim, global_batch, int64_t, 256, "samples per optimizer step over all ranks (fixed under strong scaling)") \
   X(optim, micro_batch, std::string, "auto",                                                    \
     "samples per rank per micro-step; accumulation = global_batch / (micro_batch x dp); auto = the " \

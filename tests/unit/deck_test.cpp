@@ -381,6 +381,36 @@ TEST(Deck, UnknownVariableInOutputDirIsNamed) {
   EXPECT_EQ(validation_message("[run]\nname = a\noutput_dir = runs/${name}/${run.name}\n"), "");
 }
 
+// What a shell would expand is refused, not made into folders named '$SCRATCH' or '~' in the
+// working directory; a run named . or .. would write into runs/ or the working directory.
+TEST(Deck, ShellWordsInOutputDirAndDotNamesAreRefused) {
+  auto expect = [](const std::string& deck, const std::string& text) {
+    const auto msg = validation_message(deck);
+    EXPECT_NE(msg.find(text), std::string::npos) << msg;
+  };
+  expect("[run]\noutput_dir = $SCRATCH/runs/${name}\n",
+         "test.ini:2: run.output_dir: '$SCRATCH/runs/trident': trident does not expand the environment ('$SCRATCH')");
+  expect("[run]\noutput_dir = ~/runs\n", "test.ini:2: run.output_dir: '~/runs': trident does not expand '~'");
+  expect("[run]\nname = ..\n", "test.ini:2: run.name: '..' is a folder's own name");
+  expect("[run]\nname = .\n", "run.name: '.' is a folder's own name");
+  EXPECT_EQ(validation_message("[run]\nname = v1.2\noutput_dir = runs/a~b/${name}\n"), "");
+}
+
+// Values the optimizer cannot use: weights scaled by 1 - lr x weight_decay <= 0 each step; an eps
+// that is 0 in float32 (0/0 at a zero gradient, reported as divergence); a bucket size whose byte
+// count overflows.
+TEST(Deck, OptimizerValuesThatCannotTrainAreRefused) {
+  auto expect = [](const std::string& deck, const std::string& text) {
+    const auto msg = validation_message(deck);
+    EXPECT_NE(msg.find(text), std::string::npos) << msg;
+  };
+  expect("[optim]\nlr = 1e-3\nweight_decay = 5000\n", "optim.weight_decay: 5000 x optim.lr(0.001) = ");
+  expect("[optim]\nlr = 1e-3\nweight_decay = 1000\n", "is 1 or more: each step would scale the weights by");
+  expect("[optim]\neps = 1e-50\n", "optim.eps: 1e-50 is out of range (at least 1.17549e-38");
+  expect("[parallel]\nbucket_mb = 1e13\n", "parallel.bucket_mb: 10000000000000 is out of range (more than 0, at most 1048576)");
+  EXPECT_EQ(validation_message("[optim]\nlr = 1e-3\nweight_decay = 0.1\neps = 1e-8\n[parallel]\nbucket_mb = 25\n"), "");
+}
+
 // A rule broken by a --set value names that --set, not a line of the deck that is not there.
 TEST(Deck, RuleBrokenByAnOverrideNamesTheOverride) {
   const auto msg = bad_input_message([] {
