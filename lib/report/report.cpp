@@ -371,6 +371,7 @@ ReadReport read_report_json(const std::string& path) {
     f.read("final/test_loss", s.test_loss);
     f.read("final/test_accuracy", s.test_accuracy);
     read.has_test_figures = f.find("final/test_loss") && f.find("final/test_accuracy");
+    read.has_train_loss = f.find("final/train_loss") != nullptr;
     f.read("throughput/samples_per_s", s.samples_per_s, /*required=*/true);
     s.step_time_s = s.samples_per_s > 0 ? static_cast<double>(s.deck.optim.global_batch) / s.samples_per_s : 0;
     f.read("throughput/step_time_s", s.step_time_s);

@@ -113,6 +113,7 @@ struct ReadReport {
   // final.test_loss and final.test_accuracy are numbers (null: a NaN, or an evaluation pending;
   // summary's figures are 0 then).
   bool has_test_figures = false;
+  bool has_train_loss = false;  // final.train_loss is a number (null: a NaN)
   // The deck keys (section.key) the file records: summary.deck has the defaults for the others
   // (an older trident's report lacks newer keys).
   std::vector<std::string> deck_keys;

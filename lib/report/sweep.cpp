@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -176,7 +177,7 @@ Sweep load_sweep(const std::string& dir, const std::string& metric) {
       p.evaluated = read.has_test_figures;
       p.test_loss = s.test_loss;
       p.test_accuracy = s.test_accuracy;
-      p.train_loss = s.train_loss;
+      p.train_loss = read.has_train_loss ? s.train_loss : std::nan("");  // shown as no figure, not 0
       p.step_time_s = s.step_time_s;
       p.samples_per_s = s.samples_per_s;
       p.micro_batch = s.layout.micro_batch;
@@ -217,12 +218,13 @@ std::string sweep_markdown(const Sweep& sweep) {
   for (const auto& p : sweep.points) {
     md += ranked(p) ? fmt::format("| {} | {} |", p.rank, p.index) : fmt::format("| - | {} |", p.index);
     for (const auto& key : sweep.swept_keys) md += " " + md_cell(value_of(p, key)) + " |";
+    const std::string train_loss = std::isnan(p.train_loss) ? "-" : fmt::format("{:.4f}", p.train_loss);
     if (p.finished && !p.evaluated)
-      md += fmt::format(" no test figures in its report.json | - | {:.4f} | {} | {} | {:.2f} | {:.0f} |\n", p.train_loss,
+      md += fmt::format(" no test figures in its report.json | - | {} | {} | {} | {:.2f} | {:.0f} |\n", train_loss,
                         p.steps, p.micro_batch, 1e3 * p.step_time_s, p.samples_per_s);
     else if (p.finished)
-      md += fmt::format(" {:.2f}% | {:.4f} | {:.4f} | {} | {} | {:.2f} | {:.0f} |\n", 100.0 * p.test_accuracy, p.test_loss,
-                        p.train_loss, p.steps, p.micro_batch, 1e3 * p.step_time_s, p.samples_per_s);
+      md += fmt::format(" {:.2f}% | {:.4f} | {} | {} | {} | {:.2f} | {:.0f} |\n", 100.0 * p.test_accuracy, p.test_loss,
+                        train_loss, p.steps, p.micro_batch, 1e3 * p.step_time_s, p.samples_per_s);
     else
       md += fmt::format(" not finished: no {}/report.json | | | | | | |\n", md_cell(p.dir));
   }
@@ -248,8 +250,9 @@ std::string sweep_csv(const Sweep& sweep) {
     for (const auto& key : sweep.swept_keys) csv += "," + csv_field(value_of(p, key));
     // (no test figures: empty cells, not 0)
     const auto test_figure = [&](double x) { return p.finished && !p.evaluated ? std::string() : fmt::format("{:.6g}", x); };
-    csv += fmt::format(",{},{},{},{:.6g},{},{},{},{:.6g},{:.6g},{}\n", p.finished ? 1 : 0, test_figure(p.test_accuracy),
-                       test_figure(p.test_loss), p.train_loss, p.steps, p.micro_batch, p.micro_batches, p.step_time_s, p.samples_per_s, csv_field(p.dir));
+    const std::string train_loss = std::isnan(p.train_loss) ? "" : fmt::format("{:.6g}", p.train_loss);
+    csv += fmt::format(",{},{},{},{},{},{},{},{:.6g},{:.6g},{}\n", p.finished ? 1 : 0, test_figure(p.test_accuracy),
+                       test_figure(p.test_loss), train_loss, p.steps, p.micro_batch, p.micro_batches, p.step_time_s, p.samples_per_s, csv_field(p.dir));
   }
   return csv;
 }

@@ -85,7 +85,7 @@ TEST_F(SweepReport, APointThatRanOtherOverridesIsRefused) {
 }
 
 // A point whose report.json has no test figures (null: a NaN loss) is listed, unranked, below the
-// ranked ones; it ranked first with a test loss of 0.
+// ranked ones; it ranked first with a test loss of 0. Its train loss, null too, is no figure (0.0000).
 TEST_F(SweepReport, APointWithoutTestFiguresIsNotRanked) {
   sweep_file("optim.micro_batch=8\noptim.micro_batch=16\n");
   point(0, 0.80, 0.60, 8, 0.040);
@@ -96,6 +96,8 @@ TEST_F(SweepReport, APointWithoutTestFiguresIsNotRanked) {
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const std::string loss = "\"test_loss\": 0.4";
     text.replace(text.find(loss), loss.size(), "\"test_loss\": null");
+    const std::string train = "\"train_loss\": 0.5";
+    text.replace(text.find(train), train.size(), "\"train_loss\": null");  // diverged: a NaN, not 0
     std::ofstream(file) << text;
   }
   const Sweep s = load_sweep(dir_.string(), "test_loss");
@@ -105,8 +107,9 @@ TEST_F(SweepReport, APointWithoutTestFiguresIsNotRanked) {
   EXPECT_EQ(s.points[1].index, 1);
   EXPECT_EQ(s.points[1].rank, 0);
   const std::string md = sweep_markdown(s);
-  EXPECT_NE(md.find("| - | 1 | 16 | no test figures in its report.json |"), std::string::npos) << md;
-  EXPECT_NE(sweep_csv(s).find("0,1,16,1,,,0.5,"), std::string::npos) << sweep_csv(s);
+  EXPECT_NE(md.find("| - | 1 | 16 | no test figures in its report.json | - | - | 100 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 | 0 | 8 | 80.00% | 0.6000 | 0.5000 | 100 |"), std::string::npos) << md;
+  EXPECT_NE(sweep_csv(s).find("0,1,16,1,,,,100,"), std::string::npos) << sweep_csv(s);
 }
 
 // The deck's comment rule (sweep.slurm reads the file the same way): a '#' at a line's start or
