@@ -21,8 +21,9 @@ namespace trident::comm {
 //
 // Completion: the blocking calls (all_reduce_sum, broadcast, ...) return once the operation is
 // done on the GPU; the host waits by polling, not in a CUDA call it cannot leave, so it also
-// watches NCCL's asynchronous errors and a timeout (run.fail_timeout_s) measured from the moment
-// the operation started on the GPU. On an error or the timeout the NCCL communicator is aborted
+// watches NCCL's asynchronous errors and a timeout measured from the moment the operation started
+// on the GPU (run.fail_timeout_s; 20 x that where the watchdog judges the peers, which may be
+// reading files through a file system's stall meanwhile: connect.cpp). On an error or the timeout the NCCL communicator is aborted
 // (so no kernel stays spinning on this GPU) and fatal_one names rank, host and the operation.
 // The *_async calls return at once; the caching allocator is told the tensor is in use on the
 // communicator's stream, so freeing it early is safe.

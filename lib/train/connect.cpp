@@ -12,6 +12,7 @@
 #include "comm/cuda_runtime.hpp"
 #include "comm/device_placement.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/progress.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "train/trainer_state.hpp"
@@ -147,7 +148,7 @@ std::string choose_backend(const config::Deck& deck, const Connection& conn) {
 
 }  // namespace
 
-Connection connect(const config::Deck& deck, MPI_Comm comm) {
+Connection connect(const config::Deck& deck, MPI_Comm comm, bool watched) {
   Connection conn;
   conn.world = comm::World::from(comm);
   conn.world_comm = std::make_unique<comm::MpiCommunicator>(conn.world.comm);
@@ -157,16 +158,21 @@ Connection connect(const config::Deck& deck, MPI_Comm comm) {
   conn.topology = std::make_unique<parallel::Topology>(conn.world.comm, parallel::RankGrid::of(deck, conn.world.size));
   // parallel.backend = auto: NCCL for CUDA tensors, MPI for CPU ones and for ranks sharing a GPU.
   const std::string backend = choose_backend(deck, conn);
-  conn.dp_comm = comm::make_communicator(backend, conn.topology->dp_group(), deck.run.fail_timeout_s);
+  // An NCCL wait counts from this rank's kernel's start, whatever its peer is doing: a peer reading
+  // its data through a file system's stall (which the watchdog allows 20 x run.fail_timeout_s)
+  // ended the job after 1 x. Where the watchdog watches, it judges the peers; NCCL's limit is
+  // its file I/O limit, a backstop.
+  const double nccl_wait_s = watched ? comm::kFileIoTimeoutFactor * deck.run.fail_timeout_s : deck.run.fail_timeout_s;
+  conn.dp_comm = comm::make_communicator(backend, conn.topology->dp_group(), nccl_wait_s);
   // The interleaved schedule sends activations both ways between two ranks (the last rank feeds
   // rank 0's next chunk): NCCL's in-order sends could wait for each other there, so its pipeline
   // traffic goes over MPI (staged through the host) while the replicas' collectives stay on NCCL.
   const std::string pp_backend = deck.parallel.schedule == "interleaved" ? "mpi" : backend;
   if (pp_backend != backend && conn.world.rank == 0)
     log::info("parallel.schedule = interleaved: pipeline sends go over MPI, collectives over {}", backend);
-  conn.pp_comm = comm::make_communicator(pp_backend, conn.topology->pp_group(), deck.run.fail_timeout_s);
+  conn.pp_comm = comm::make_communicator(pp_backend, conn.topology->pp_group(), nccl_wait_s);
   if (pp_backend == "nccl" && conn.topology->pp() > 1)
-    conn.pp_gradient_comm = comm::make_communicator(pp_backend, conn.topology->pp_group(), deck.run.fail_timeout_s);
+    conn.pp_gradient_comm = comm::make_communicator(pp_backend, conn.topology->pp_group(), nccl_wait_s);
   return conn;
 }
 

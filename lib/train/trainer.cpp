@@ -290,7 +290,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     // The folder is this run's before anything in it is read or written; a second run into it
     // stops here (bad input, naming the owner; claim leaves nothing behind itself).
     s.run_folder = RunFolder::claim(deck.run.output_dir, comm, deck.run.requeue_lock_wait_s, g_stop_signal);
-    s.conn = connect(s.deck, comm);
+    s.conn = connect(s.deck, comm, s.watchdog->enabled());
     startup_fault_if_asked(s.conn.world.rank);
     const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);
     s.stage = build_stage(s.deck, s.conn);

@@ -123,7 +123,9 @@ struct Trainer::State {
 // connect: MPI's world, this rank's device and threads, the dp x pp groups and their
 // communicators (parallel.backend). Collective; bad input (run.device, parallel.*) throws
 // BadInput on every rank.
-Connection connect(const config::Deck& deck, MPI_Comm comm);
+// watched: the fail-fast watchdog runs (comm::Watchdog::enabled()), which knows when a peer is in
+// file I/O; NCCL's own wait limit is then its backstop only.
+Connection connect(const config::Deck& deck, MPI_Comm comm, bool watched);
 // build_stage: opens and checks the dataset, plans the layout from the whole model's layer list,
 // keeps this rank's stage and builds what trains it (pipeline, flat buffers, gradient sync,
 // optimizer, loss scaler). Collective.
