@@ -32,9 +32,12 @@ config::Deck tiny_gpt_deck(const std::string& name) {
   return d;
 }
 
-void expect_same_training(const Trained& layout, const Trained& one, const std::string& what) {
+// Parameters within `tolerance` of each tensor's largest value; the losses and gradient norms
+// within 1e-5 (what a lost, doubled or undivided micro-batch changes by 25% or more).
+void expect_same_training(const Trained& layout, const Trained& one, const std::string& what,
+                          double tolerance = 1e-5) {
   ASSERT_FALSE(layout.params.empty());
-  EXPECT_LE(max_relative_difference(layout, one), 1e-5) << what;
+  EXPECT_LE(max_relative_difference(layout, one), tolerance) << what;
   ASSERT_EQ(layout.result.logged_losses.size(), one.result.logged_losses.size());
   for (size_t i = 0; i < one.result.logged_losses.size(); ++i)
     EXPECT_NEAR(layout.result.logged_losses[i].second, one.result.logged_losses[i].second,
@@ -53,7 +56,10 @@ TEST(GptTraining, AccumulatedMicroBatchesEqualOneBatch) {
   const auto whole = train_on(deck, MPI_COMM_SELF, "micro16");
   deck.optim.micro_batch = "4";
   const auto accumulated = train_on(deck, MPI_COMM_SELF, "micro4");
-  expect_same_training(accumulated, whole, "gpt: 4 micro-batches of 4 vs 1 of 16");
+  // 3e-5: 1.14e-5 on an AMD EPYC VM (2026-11-27; OpenBLAS's kernels for it sum a micro-batch of 4
+  // and one of 16 in other orders, and AdamW turns those roundings of gradients near eps into
+  // parameter differences), under 1e-5 on the machines CI had run it on before.
+  expect_same_training(accumulated, whole, "gpt: 4 micro-batches of 4 vs 1 of 16", 3e-5);
   expect_same_gradient_norms(accumulated, whole, "gpt: 4 micro-batches of 4 vs 1 of 16");
 }
 
@@ -135,23 +141,31 @@ TEST(GptPrecision, Bf16TracksFp32) {
 // Mixed precision composes with ZeRO and the pipeline: bf16 under ZeRO-3, and bf16 with pp = 2,
 // train like bf16 with plain DDP. Not to fp32's 1e-5: the layouts sum gradients in different
 // orders, and a last-bit difference in an fp32 master weight can round its bf16 copy the other
-// way at the next step (2^-8 relative), so layouts agree to bf16's precision. How many such flips
-// there are depends on the CPU's bf16 kernels: ZeRO-3 against DDP measured 0.0106 of the largest
-// weight on an AMD EPYC VM with LibTorch 2.11 (the same before and after the pipeline-schedule
-// work), under 1e-2 on the CI machine. The bound 2e-2 is still well under what 4 steps move the
-// weights (Adam, lr 3e-3: ~0.1 of it), so a layout that lost or double-counted a gradient fails.
+// way at the next step (2^-8 relative), which moves that element by an Adam step. How many such
+// flips there are depends on the CPU's bf16 kernels: the largest, relative to its tensor's
+// largest weight, measured 0.0106 (ZeRO-3 against DDP, LibTorch 2.11) and 0.034 (LibTorch 1.13,
+// 2026-11-27) on AMD EPYC VMs. So the check is on the whole difference (2-norm over every
+// parameter), against the run's own movement in one step (DDP after 3 steps against 4), measured
+// here: 2.4e-4 against 2.5e-2 on that VM. A tenth of one step's movement still fails a layout that
+// lost or double-counted a gradient; the largest single element only has to stay under 0.1.
 TEST(GptPrecision, Bf16WithZero3AndPipelineTrainsLikeBf16Ddp) {
   if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks";
   auto deck = tiny_gpt_deck("gpt_bf16_ddp");
   deck.optim.precision = "bf16";
   const auto ddp = train_on(deck, MPI_COMM_WORLD, "ddp");
+  auto three = deck;
+  three.run.name = "gpt_bf16_ddp_3_steps";
+  three.run.max_steps = 3;
+  const double one_step = relative_norm_difference(train_on(three, MPI_COMM_WORLD, "three"), ddp);
+  ASSERT_GT(one_step, 0.0);
   for (const auto& [zero, pp] : {std::pair<int, int>{3, 1}, {0, 2}}) {
     deck.run.name = "gpt_bf16_zero" + std::to_string(zero) + "_pp" + std::to_string(pp);
     deck.parallel.zero = zero;
     deck.parallel.pp = pp;
     const auto other = train_on(deck, MPI_COMM_WORLD, "layout");
     ASSERT_FALSE(other.params.empty());
-    EXPECT_LE(max_relative_difference(other, ddp), 2e-2) << deck.run.name;
+    EXPECT_LE(relative_norm_difference(other, ddp), one_step / 10) << deck.run.name;
+    EXPECT_LE(max_relative_difference(other, ddp), 0.1) << deck.run.name;
     ASSERT_EQ(other.result.logged_losses.size(), ddp.result.logged_losses.size());
     for (size_t i = 0; i < ddp.result.logged_losses.size(); ++i)
       EXPECT_NEAR(other.result.logged_losses[i].second, ddp.result.logged_losses[i].second,

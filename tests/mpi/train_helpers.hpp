@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,23 @@ inline double max_relative_difference(const Trained& a, const Trained& b) {
     worst = std::max(worst, (value - it->second).abs().max().item<double>() / scale);
   }
   return worst;
+}
+
+// |a - b| / |b| over all the parameters of `a` together (2-norms), matched by name: where a few
+// elements may differ by a rounding flip (bf16), the size of the whole difference, which a lost
+// or misplaced gradient makes of the order of the training's own movement.
+inline double relative_norm_difference(const Trained& a, const Trained& b) {
+  double difference = 0, reference = 0;
+  for (const auto& [name, value] : a.params) {
+    const auto it = std::find_if(b.params.begin(), b.params.end(), [&](const auto& p) { return p.first == name; });
+    if (it == b.params.end()) {
+      ADD_FAILURE() << "parameter " << name << " missing from the reference";
+      return 1.0;
+    }
+    difference += (value.to(torch::kDouble) - it->second.to(torch::kDouble)).pow(2).sum().item<double>();
+    reference += it->second.to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  return std::sqrt(difference / std::max(reference, 1e-300));
 }
 
 // Every logged gradient norm (before clipping) of `a` equals `b`'s within `tolerance`, relative.
