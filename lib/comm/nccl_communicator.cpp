@@ -246,9 +246,9 @@ void NcclCommunicator::await(cudaEvent_t start, cudaEvent_t done, Op op) {
           abort_and_fail(op, std::string("cudaEventQuery: ") + cudaGetErrorString(s));
         }
       } else if (std::chrono::duration<double>(clock::now() - started_at).count() > fail_timeout_s_) {
-        abort_and_fail(op, fmt::format("not complete {} s after it started on the GPU (run.fail_timeout_s, 20 x "
-                                       "while the watchdog watches the peers); a peer rank may have died or called a "
-                                       "different collective",
+        abort_and_fail(op, fmt::format("not complete {} s after it started on the GPU (the limit run.fail_timeout_s "
+                                       "sets: 20 x it where the watchdog runs, 1 x without); a peer rank may have "
+                                       "died or called a different collective",
                                        fail_timeout_s_));
       }
     }

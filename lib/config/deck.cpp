@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <cctype>
 #include <limits>
 #include <map>
 #include <regex>
@@ -366,13 +367,15 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
 
   if (d.run.name.empty() || !std::regex_match(d.run.name, std::regex("[A-Za-z0-9_.+-]+")))
     fail("run.name", fmt::format("'{}' must be non-empty and use only letters, digits and _ . + -", d.run.name));
-  else if (d.run.name.find_first_not_of('.') == std::string::npos)  // runs/${name} would be runs/ or runs/..
-    fail("run.name", fmt::format("'{}' is a folder's own name (. or ..): give the run a name of its own", d.run.name));
+  else if (d.run.name == "." || d.run.name == "..")  // runs/${name} would be runs/ or the working directory
+    fail("run.name", fmt::format("'{}' is a folder's own name: give the run a name of its own", d.run.name));
   if (d.run.output_dir.empty()) fail("run.output_dir", "must not be empty");
   // A shell's word in a deck (trident expands ${name} only): $SCRATCH/runs or ~/runs made folders
   // named '$SCRATCH' and '~' in the working directory.
   for (size_t at = d.run.output_dir.find('$'); at != std::string::npos; at = d.run.output_dir.find('$', at + 1))
-    if (d.run.output_dir.compare(at, 2, "${") != 0) {
+    if (at + 1 < d.run.output_dir.size() && d.run.output_dir[at + 1] != '{' &&
+        (std::isalnum(static_cast<unsigned char>(d.run.output_dir[at + 1])) || d.run.output_dir[at + 1] == '_' ||
+         d.run.output_dir[at + 1] == '(')) {
       const size_t end = d.run.output_dir.find_first_not_of(
           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_", at + 1);
       fail("run.output_dir", fmt::format("'{}': trident does not expand the environment ('{}'): write the path, or "
@@ -381,7 +384,9 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
       break;
     }
   if (d.run.output_dir[0] == '~')
-    fail("run.output_dir", fmt::format("'{}': trident does not expand '~': write the path (e.g. $HOME's)", d.run.output_dir));
+    fail("run.output_dir", fmt::format("'{}': trident does not expand '~': write the path, or let the shell expand "
+                                       "$HOME (--set run.output_dir=\"$HOME/...\")",
+                                       d.run.output_dir));
   // Left after ${name} expanded (a run.name of its own ${...} is refused above, and would be named twice).
   if (const auto open = d.run.output_dir.find("${"); open != std::string::npos && d.run.name.find("${") == std::string::npos)
     fail("run.output_dir", fmt::format("'{}': '{}' is not a variable it knows (${{name}} or ${{run.name}})",
@@ -489,12 +494,16 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.optim.lr > 0 && (d.optim.min_lr < 0 || d.optim.min_lr > d.optim.lr))
     fail("optim.min_lr", fmt::format("{} is out of range (0 <= min_lr <= lr = {})", d.optim.min_lr, d.optim.lr));
   at_least("optim.weight_decay", d.optim.weight_decay, 0);
-  // Each step scales the weights by 1 - lr x weight_decay: at 1 or more they are zeroed or flip sign.
+  // AdamW scales the weights by 1 - lr x weight_decay each step, SGD's L2 term subtracts lr x
+  // weight_decay x the weights: at 1 or more they are zeroed or flip sign.
   if (d.optim.lr > 0 && d.optim.weight_decay > 0 && d.optim.lr * d.optim.weight_decay >= 1)
-    fail("optim.weight_decay", fmt::format("{} x optim.lr({}) = {} is 1 or more: each step would scale the weights by "
-                                           "{} (weight_decay is per unit of lr: 0.01 to 0.1 is usual)",
-                                           d.optim.weight_decay, d.optim.lr, d.optim.lr * d.optim.weight_decay,
-                                           1 - d.optim.lr * d.optim.weight_decay));
+    fail("optim.weight_decay",
+         fmt::format("{} x optim.lr ({}) = {} is 1 or more: {} (weight_decay is per unit of lr: {} is usual)",
+                     d.optim.weight_decay, d.optim.lr, d.optim.lr * d.optim.weight_decay,
+                     d.optim.name == "sgd" ? "the L2 term alone would take each step past zero"
+                                           : fmt::format("each step would scale the weights by {}",
+                                                         1 - d.optim.lr * d.optim.weight_decay),
+                     d.optim.name == "sgd" ? "1e-4 to 5e-4" : "0.01 to 0.1"));
   for (auto [key, v] : {std::pair<const char*, double>{"optim.momentum", d.optim.momentum},
                         {"optim.beta1", d.optim.beta1},
                         {"optim.beta2", d.optim.beta2}})

@@ -11,7 +11,7 @@
 
 // X(section, key, type, default, help)
 #define TRIDENT_DECK_RUN(X)                                                                     \
-  X(run, name, std::string, "trident", "name of the run; ${name} in output_dir expands to it") \
+  X(run, name, std::string, "trident", "name of the run (not . or ..); ${name} in output_dir expands to it") \
   X(run, output_dir, std::string, "runs/${name}",                                               \
     "where report.json, metrics.jsonl, goodput.jsonl and checkpoints/ go (relative to the working directory; ${name} is its one variable: no $VAR, no ~)") \
   X(run, seed, int64_t, 1234, "seed of the model initialisation and the data order (>= 0)")            \
@@ -71,7 +71,7 @@
   X(optim, momentum, double, 0.9, "sgd momentum, in [0, 1)")                                               \
   X(optim, beta1, double, 0.9, "adamw first-moment decay, in [0, 1)")                                      \
   X(optim, beta2, double, 0.999, "adamw second-moment decay, in [0, 1)")                                   \
-  X(optim, eps, double, 1e-8, "adamw denominator epsilon (>= 1.18e-38, a normal float32)")                                      \
+  X(optim, eps, double, 1e-8, "adamw denominator epsilon (>= 1.17549e-38, a normal float32)")                                      \
   X(optim, global_batch, int64_t, 256, "samples per optimizer step over all ranks (fixed under strong scaling)") \
   X(optim, micro_batch, std::string, "auto",                                                    \
     "samples per rank per micro-step; accumulation = global_batch / (micro_batch x dp); auto = the " \

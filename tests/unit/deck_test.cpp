@@ -393,7 +393,8 @@ TEST(Deck, ShellWordsInOutputDirAndDotNamesAreRefused) {
   expect("[run]\noutput_dir = ~/runs\n", "test.ini:2: run.output_dir: '~/runs': trident does not expand '~'");
   expect("[run]\nname = ..\n", "test.ini:2: run.name: '..' is a folder's own name");
   expect("[run]\nname = .\n", "run.name: '.' is a folder's own name");
-  EXPECT_EQ(validation_message("[run]\nname = v1.2\noutput_dir = runs/a~b/${name}\n"), "");
+  expect("[run]\noutput_dir = runs/$(date)\n", "trident does not expand the environment ('$')");
+  EXPECT_EQ(validation_message("[run]\nname = ...\noutput_dir = runs/a~b/${name}/$/x$-y\n"), "");
 }
 
 // Values the optimizer cannot use: weights scaled by 1 - lr x weight_decay <= 0 each step; an eps
@@ -404,8 +405,9 @@ TEST(Deck, OptimizerValuesThatCannotTrainAreRefused) {
     const auto msg = validation_message(deck);
     EXPECT_NE(msg.find(text), std::string::npos) << msg;
   };
-  expect("[optim]\nlr = 1e-3\nweight_decay = 5000\n", "optim.weight_decay: 5000 x optim.lr(0.001) = ");
+  expect("[optim]\nlr = 1e-3\nweight_decay = 5000\n", "optim.weight_decay: 5000 x optim.lr (0.001) = ");
   expect("[optim]\nlr = 1e-3\nweight_decay = 1000\n", "is 1 or more: each step would scale the weights by");
+  expect("[optim]\nname = sgd\nlr = 0.1\nweight_decay = 10\n", "the L2 term alone would take each step past zero");
   expect("[optim]\neps = 1e-50\n", "optim.eps: 1e-50 is out of range (at least 1.17549e-38");
   expect("[parallel]\nbucket_mb = 1e13\n", "parallel.bucket_mb: 10000000000000 is out of range (more than 0, at most 1048576)");
   EXPECT_EQ(validation_message("[optim]\nlr = 1e-3\nweight_decay = 0.1\neps = 1e-8\n[parallel]\nbucket_mb = 25\n"), "");
