@@ -236,15 +236,16 @@ namespace {
 // target as it is, unless the field is required.
 class ReportFields {
  public:
+  // "layout/world" as a user reads it: layout.world.
+  static std::string dotted(std::string path) {
+    std::replace(path.begin(), path.end(), '/', '.');
+    return path;
+  }
   ReportFields(const json& j, const std::string& file) : j_(j), file_(file) {}
   const json* find(const std::string& path, bool required = false) const {
     const json::json_pointer pointer("/" + path);
     if (j_.is_object() && j_.contains(pointer) && !j_.at(pointer).is_null()) return &j_.at(pointer);
-    if (required) {
-      std::string dotted = path;
-      std::replace(dotted.begin(), dotted.end(), '/', '.');
-      throw BadInput(fmt::format("report: {}: no field '{}' (is it a trident report.json?)", file_, dotted));
-    }
+    if (required) throw BadInput(fmt::format("report: {}: no field '{}' (is it a trident report.json?)", file_, dotted(path)));
     return nullptr;
   }
   template <typename T>
@@ -260,9 +261,7 @@ class ReportFields {
   template <typename T>
   T get(const json& v, const std::string& path) const {
     const auto wrong = [&](const std::string& why) {
-      std::string dotted = path;
-      std::replace(dotted.begin(), dotted.end(), '/', '.');
-      return BadInput(fmt::format("report: {}: field '{}' has the wrong type ({}: {})", file_, dotted,
+      return BadInput(fmt::format("report: {}: field '{}' has the wrong type ({}: {})", file_, dotted(path),
                                   v.dump().substr(0, 60), why));
     };
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
