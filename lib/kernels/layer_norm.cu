@@ -76,7 +76,9 @@ __global__ void __launch_bounds__(kThreads) layer_norm_forward_kernel(const floa
                                                                       const float* __restrict__ beta, int64_t rows,
                                                                       float eps, T* __restrict__ y,
                                                                       float* __restrict__ mean_out,
-                                                                      float* __restrict__ rstd_out) {
+                                                                      float* __restrict__ rstd_out,
+                                                                      const T* __restrict__ branch,
+                                                                      float* __restrict__ sum_out) {
   constexpr int width = kChunks * kChunk;
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -87,6 +89,11 @@ __global__ void __launch_bounds__(kThreads) layer_norm_forward_kernel(const floa
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     v[c] = *reinterpret_cast<const float4*>(in + c * kChunk + lane * 4);
+    if (branch != nullptr) {  // the residual add first: the rows normalised are x + branch
+      const float4 b = load4(branch + row * width + c * kChunk + lane * 4);
+      v[c] = float4{v[c].x + b.x, v[c].y + b.y, v[c].z + b.z, v[c].w + b.w};
+      *reinterpret_cast<float4*>(sum_out + row * width + c * kChunk + lane * 4) = v[c];
+    }
     sum += sum4(v[c]);
   }
   const float mean = warp_sum(sum) / width;
@@ -121,7 +128,7 @@ template <typename T, int kChunks>
 __global__ void __launch_bounds__(kThreads) layer_norm_backward_kernel(
     const T* __restrict__ grad_y, const float* __restrict__ x, const float* __restrict__ mean,
     const float* __restrict__ rstd, const float* __restrict__ gamma, int64_t rows, float* __restrict__ grad_x,
-    float* __restrict__ partial) {
+    float* __restrict__ partial, const float* __restrict__ grad_sum, T* __restrict__ grad_x16) {
   constexpr int width = kChunks * kChunk;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float4 grad_gamma[kChunks], grad_beta[kChunks];
@@ -156,9 +163,16 @@ __global__ void __launch_bounds__(kThreads) layer_norm_backward_kernel(
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int col = c * kChunk + lane * 4;
-      *reinterpret_cast<float4*>(grad_x + row * width + col) =
-          float4{r * (g[c].x - a - xhat[c].x * b), r * (g[c].y - a - xhat[c].y * b), r * (g[c].z - a - xhat[c].z * b),
-                 r * (g[c].w - a - xhat[c].w * b)};
+      float4 dx{r * (g[c].x - a - xhat[c].x * b), r * (g[c].y - a - xhat[c].y * b), r * (g[c].z - a - xhat[c].z * b),
+                r * (g[c].w - a - xhat[c].w * b)};
+      if (grad_sum != nullptr) {
+        // The gradient reaching the input by the residual path, added as autograd's engine adds
+        // the two: __fadd_rn is never contracted into an FMA with the product above.
+        const float4 s = *reinterpret_cast<const float4*>(grad_sum + row * width + col);
+        dx = float4{__fadd_rn(dx.x, s.x), __fadd_rn(dx.y, s.y), __fadd_rn(dx.z, s.z), __fadd_rn(dx.w, s.w)};
+      }
+      *reinterpret_cast<float4*>(grad_x + row * width + col) = dx;
+      if (grad_x16 != nullptr) store4(grad_x16 + row * width + col, dx);
     }
   }
   // The block's sums, a chunk at a time: thread t < 128 adds the warps' weight gradients of
@@ -202,22 +216,23 @@ void check_rows(int64_t rows) {
 
 template <typename T, int kChunks>
 void forward_as(const float* x, const float* gamma, const float* beta, int64_t rows, float eps, void* y, float* mean,
-                float* rstd, cudaStream_t stream) {
+                float* rstd, const void* branch, float* sum, cudaStream_t stream) {
   check_rows(rows);
   const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-  layer_norm_forward_kernel<T, kChunks>
-      <<<blocks, kThreads, 0, stream>>>(x, gamma, beta, rows, eps, static_cast<T*>(y), mean, rstd);
+  layer_norm_forward_kernel<T, kChunks><<<blocks, kThreads, 0, stream>>>(
+      x, gamma, beta, rows, eps, static_cast<T*>(y), mean, rstd, static_cast<const T*>(branch), sum);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T, int kChunks>
 void backward_as(const void* grad_y, const float* x, const float* mean, const float* rstd, const float* gamma,
                  int64_t rows, float* grad_x, float* grad_gamma, float* grad_beta, float* workspace, int device,
-                 cudaStream_t stream) {
+                 const float* grad_sum, void* grad_x16, cudaStream_t stream) {
   constexpr int width = kChunks * kChunk;
   const int blocks = backward_blocks<T, kChunks>(rows, device);
   layer_norm_backward_kernel<T, kChunks><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const T*>(grad_y), x, mean, rstd, gamma, rows, grad_x, workspace);
+      static_cast<const T*>(grad_y), x, mean, rstd, gamma, rows, grad_x, workspace, grad_sum,
+      static_cast<T*>(grad_x16));
   CUDA_CHECK(cudaGetLastError());
   // The weight's sums, then the bias's: the two halves of each block's row of partial sums.
   sum_partials(workspace, blocks, 2 * width, width, grad_gamma, stream);
@@ -248,12 +263,13 @@ void with_chunks(int64_t width, Call&& call) {
 bool layer_norm_supports(int64_t width) { return width > 0 && width % kChunk == 0 && width / kChunk <= kMaxChunks; }
 
 void layer_norm_forward(HalfType type, const float* x, const float* gamma, const float* beta, int64_t rows,
-                        int64_t width, float eps, void* y, float* mean, float* rstd, void* stream) {
+                        int64_t width, float eps, void* y, float* mean, float* rstd, void* stream,
+                        const void* branch, float* sum) {
   if (rows == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   with_type(type, [&](auto tag) {
     with_chunks(width, [&](auto chunks) {
-      forward_as<decltype(tag), decltype(chunks)::value>(x, gamma, beta, rows, eps, y, mean, rstd, s);
+      forward_as<decltype(tag), decltype(chunks)::value>(x, gamma, beta, rows, eps, y, mean, rstd, branch, sum, s);
     });
   });
 }
@@ -270,7 +286,8 @@ int64_t layer_norm_backward_workspace(HalfType type, int64_t rows, int64_t width
 
 void layer_norm_backward(HalfType type, const void* grad_y, const float* x, const float* mean, const float* rstd,
                          const float* gamma, int64_t rows, int64_t width, float* grad_x, float* grad_gamma,
-                         float* grad_beta, float* workspace, int device, void* stream) {
+                         float* grad_beta, float* workspace, int device, void* stream, const float* grad_sum,
+                         void* grad_x16) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (rows == 0) {  // no rows: zero gradients
     CUDA_CHECK(cudaMemsetAsync(grad_gamma, 0, width * sizeof(float), s));
@@ -280,7 +297,7 @@ void layer_norm_backward(HalfType type, const void* grad_y, const float* x, cons
   with_type(type, [&](auto tag) {
     with_chunks(width, [&](auto chunks) {
       backward_as<decltype(tag), decltype(chunks)::value>(grad_y, x, mean, rstd, gamma, rows, grad_x, grad_gamma,
-                                                          grad_beta, workspace, device, s);
+                                                          grad_beta, workspace, device, grad_sum, grad_x16, s);
     });
   });
 }

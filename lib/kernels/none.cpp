@@ -22,14 +22,14 @@ void cross_entropy_backward(HalfType, const void*, const int64_t*, const float*,
 bool layer_norm_supports(int64_t) { return false; }
 
 void layer_norm_forward(HalfType, const float*, const float*, const float*, int64_t, int64_t, float, void*, float*,
-                        float*, void*) {
+                        float*, void*, const void*, float*) {
   throw std::logic_error("layer_norm_forward: this trident is built without CUDA");
 }
 
 int64_t layer_norm_backward_workspace(HalfType, int64_t, int64_t, int) { return 0; }
 
 void layer_norm_backward(HalfType, const void*, const float*, const float*, const float*, const float*, int64_t,
-                         int64_t, float*, float*, float*, float*, int, void*) {
+                         int64_t, float*, float*, float*, float*, int, void*, const float*, void*) {
   throw std::logic_error("layer_norm_backward: this trident is built without CUDA");
 }
 

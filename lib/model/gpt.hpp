@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace trident::model {
 
@@ -30,6 +31,17 @@ at::Tensor mixed_linear(const at::Tensor& x, const at::Tensor& weight, const at:
 // to 1024, contiguous and 16-byte aligned); elsewhere ATen's layer_norm, which returns fp32.
 bool mixed_layer_norm_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor mixed_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+
+// {h, LayerNorm(h)} with h = x + branch (branch: a 16-bit layer output of x's shape; undefined:
+// h is x), as mixed_layer_norm of x + branch gives them, with the same bits. Where
+// residual_layer_norm_applies (mixed_layer_norm_applies, and a contiguous 8-byte aligned branch
+// in autocast's type) the add runs in the LayerNorm's kernels, and backward adds the gradient
+// reaching h along the stream into the LayerNorm's own input gradient there (the branch's
+// 16-bit copy of it too), rather than in passes of autograd's engine.
+bool residual_layer_norm_applies(const at::Tensor& x, const at::Tensor& branch, const at::Tensor& weight,
+                                 const at::Tensor& bias);
+std::pair<at::Tensor, at::Tensor> residual_layer_norm(const at::Tensor& x, const at::Tensor& branch,
+                                                      const at::Tensor& weight, const at::Tensor& bias, double eps);
 
 // Training FLOPs per token (forward + backward) of a GPT, the convention of the PaLM paper's
 // MFU: 6 N for the weight matmuls, N the parameters excluding the token and position

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "comm/cuda_runtime.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -190,6 +191,75 @@ TEST(CudaKernels, MixedLinearMatchesFloat64) {
   }
 }
 
+// The residual add fused into the LayerNorm's kernels (model::residual_layer_norm) gives the bits
+// of the add and mixed_layer_norm apart, forward and backward: h = x + branch in fp32, the 16-bit
+// LayerNorm of it, and the gradients of x, the 16-bit branch, the weight and the bias from
+// incoming gradients of both h and the LayerNorm's output (the two that autograd's engine would
+// add). Without a branch h is x, and x's gradient is the two gradients' sum. Every element
+// compared exactly: both ways add the same two fp32 numbers once and round them once.
+TEST(CudaKernels, ResidualLayerNormGivesTheBitsOfTheAddAndTheLayerNorm) {
+  struct ResidualCase {
+    int64_t rows, width;
+    at::ScalarType type;
+    bool branch;
+  };
+  const ResidualCase cases[] = {
+      {16384, 768, at::kBFloat16, true}, {16384, 768, at::kBFloat16, false}, {33, 384, at::kHalf, true},
+      {7, 1024, at::kBFloat16, true},    {4099, 128, at::kHalf, false},
+  };
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& c : cases) {
+    const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.width) + " " + c10::toString(c.type) +
+                             (c.branch ? " with a branch" : " without a branch");
+    const auto leaf = [](const at::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+    const at::Tensor x = leaf(at::randn({2, c.rows, c.width}, cuda) * 3 + 1);
+    const at::Tensor branch = c.branch ? leaf(at::randn({2, c.rows, c.width}, cuda).to(c.type)) : at::Tensor();
+    const at::Tensor weight = leaf(at::randn({c.width}, cuda) + 1), bias = leaf(at::randn({c.width}, cuda));
+    const at::Tensor grad_h = at::randn({2, c.rows, c.width}, cuda);
+    const at::Tensor grad_y = at::randn({2, c.rows, c.width}, cuda).to(c.type);
+
+    at::Tensor h, y;
+    {
+      trident::optim::AutocastScope autocast(c.type, /*cuda=*/true);
+      ASSERT_TRUE(trident::model::residual_layer_norm_applies(x, branch, weight, bias)) << name;
+      std::tie(h, y) = trident::model::residual_layer_norm(x, branch, weight, bias, 1e-5);
+    }
+    torch::autograd::backward({h, y}, {grad_h, grad_y});
+
+    const at::Tensor rx = leaf(x), rbranch = c.branch ? leaf(branch) : at::Tensor();
+    const at::Tensor rweight = leaf(weight), rbias = leaf(bias);
+    at::Tensor rh, ry;
+    {
+      trident::optim::AutocastScope autocast(c.type, /*cuda=*/true);
+      rh = c.branch ? rx + rbranch : rx;
+      ry = trident::model::mixed_layer_norm(rh, rweight, rbias, 1e-5);
+    }
+    if (c.branch) {
+      torch::autograd::backward({rh, ry}, {grad_h, grad_y});
+    } else {
+      ry.backward(grad_y);
+      rx.mutable_grad() = rx.grad() + grad_h;
+    }
+    EXPECT_EQ(h.scalar_type(), at::kFloat) << name;
+    EXPECT_EQ(y.scalar_type(), c.type) << name;
+    EXPECT_TRUE(at::equal(h, rh)) << name;
+    EXPECT_TRUE(at::equal(y, ry)) << name;
+    const auto max_difference = [](const at::Tensor& a, const at::Tensor& b) {
+      return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+    };
+    ASSERT_TRUE(x.grad().defined() && weight.grad().defined() && bias.grad().defined()) << name;
+    EXPECT_TRUE(at::equal(x.grad(), rx.grad())) << name << ": " << max_difference(x.grad(), rx.grad());
+    EXPECT_TRUE(at::equal(weight.grad(), rweight.grad())) << name;
+    EXPECT_TRUE(at::equal(bias.grad(), rbias.grad())) << name;
+    if (c.branch) {
+      ASSERT_TRUE(branch.grad().defined()) << name;
+      EXPECT_EQ(branch.grad().scalar_type(), c.type) << name;
+      EXPECT_TRUE(at::equal(branch.grad(), rbranch.grad()))
+          << name << ": " << max_difference(branch.grad(), rbranch.grad());
+    }
+  }
+}
+
 // Where the kernels do not apply (a LayerNorm width that is not a multiple of 128, a bias width
 // that is not a multiple of 8, no autocast, the CPU), ATen's layer_norm and linear run.
 TEST(CudaKernels, MixedLayersFallBackToAten) {
@@ -201,6 +271,16 @@ TEST(CudaKernels, MixedLayersFallBackToAten) {
     EXPECT_FALSE(trident::model::mixed_layer_norm_applies(at::randn({4, 96}, cuda), w96, b96));
     EXPECT_EQ(trident::model::mixed_layer_norm(at::randn({4, 96}, cuda), w96, b96, 1e-5).scalar_type(), at::kFloat);
     EXPECT_FALSE(trident::model::mixed_layer_norm_applies(at::randn({4, 128}), w128.cpu(), b128.cpu()));
+    const at::Tensor x128 = at::randn({4, 128}, cuda);
+    EXPECT_FALSE(trident::model::residual_layer_norm_applies(x128, at::randn({4, 128}, cuda), w128, b128))
+        << "an fp32 branch";
+    EXPECT_FALSE(trident::model::residual_layer_norm_applies(
+        x128, at::randn({4 * 128 + 1}, cuda).to(at::kBFloat16).narrow(0, 1, 4 * 128).view({4, 128}), w128, b128))
+        << "a branch 2 bytes off 8";
+    const at::Tensor fp32_branch = at::randn({4, 128}, cuda);
+    const auto [h, y] = trident::model::residual_layer_norm(x128, fp32_branch, w128, b128, 1e-5);
+    EXPECT_TRUE(at::equal(h, x128 + fp32_branch)) << "the add apart";
+    EXPECT_TRUE(at::equal(y, trident::model::mixed_layer_norm(h, w128, b128, 1e-5))) << "then the LayerNorm";
     const at::Tensor x = at::randn({4, 16}, cuda), w12 = at::randn({12, 16}, cuda), b12 = at::randn({12}, cuda);
     EXPECT_FALSE(trident::model::mixed_linear_applies(x, w12, b12));
     EXPECT_TRUE(trident::model::mixed_linear(x, w12, b12).isfinite().all().item<bool>());

@@ -5,7 +5,14 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <dlfcn.h>
+#include <signal.h>
+#include <ucontext.h>
+
 #include <algorithm>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -313,18 +320,68 @@ TEST(Gpu, NcclBackendTrainsAtWorldOne) {
   EXPECT_LT(r.result.logged_losses.back().second, r.result.logged_losses.front().second);
 }
 
+namespace {
+
+// On the H100 (2026-11-27) this binary passed every test and then died of a segfault at a null
+// address on its way out, at np 1 and 2, inside UCX's handler, which printed no frame of the
+// caller (a call through a null function pointer leaves nothing to unwind). Until a device
+// session has found it: say in which part of the exit it happens, and who made the call (the
+// return address the call left on the stack), then end as the signal would have.
+const char* volatile exit_phase = "the tests";
+
+#if defined(__x86_64__)
+void report_segfault(int, siginfo_t* info, void* context) {
+  const auto& registers = static_cast<ucontext_t*>(context)->uc_mcontext.gregs;
+  void* const pc = reinterpret_cast<void*>(registers[REG_RIP]);
+  void* const caller = pc == nullptr ? *reinterpret_cast<void**>(registers[REG_RSP]) : pc;
+  Dl_info where{};
+  const bool known = dladdr(caller, &where) != 0;
+  const auto base = reinterpret_cast<uintptr_t>(known && where.dli_saddr ? where.dli_saddr : where.dli_fbase);
+  std::fprintf(stderr, "segfault during %s: address %p, pc %p; %s %p in %s (%s + 0x%lx)\n", exit_phase,
+               info->si_addr, pc, pc == nullptr ? "called from" : "at", caller,
+               known && where.dli_fname ? where.dli_fname : "?", known && where.dli_sname ? where.dli_sname : "?",
+               static_cast<unsigned long>(reinterpret_cast<uintptr_t>(caller) - base));
+  std::fflush(stderr);
+  std::signal(SIGSEGV, SIG_DFL);
+  std::raise(SIGSEGV);
+}
+#endif
+
+// Ours over whatever MPI's libraries installed (UCX's, set at MPI_Init), again at each phase.
+void report_segfaults_during(const char* phase) {
+  exit_phase = phase;
+#if defined(__x86_64__)
+  struct sigaction action{};
+  action.sa_sigaction = report_segfault;
+  action.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGSEGV, &action, nullptr);
+#endif
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Before CUDA starts: fp32 matmuls in fp32 (cuBLAS and cuDNN honour this over TF32 settings).
   setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
   ::testing::InitGoogleTest(&argc, argv);
-  comm::MpiSession mpi(&argc, &argv);
-  // cuDNN's convolution gradients may split a sum over blocks with atomic adds, in another order
-  // each run; the runs compared here at 1e-5 must differ only by their layout's reduction order.
-  at::globalContext().setDeterministicCuDNN(true);
-  at::globalContext().setBenchmarkCuDNN(false);
-  if (comm::cuda_visible_devices() == 0) {
-    if (world_rank() == 0) std::printf("skipped: no GPU visible (CUDA build: %s)\n", comm::cuda_built() ? "yes" : "no");
-    return 77;
+  int result = 0;
+  {
+    comm::MpiSession mpi(&argc, &argv);
+    // cuDNN's convolution gradients may split a sum over blocks with atomic adds, in another order
+    // each run; the runs compared here at 1e-5 must differ only by their layout's reduction order.
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+    if (comm::cuda_visible_devices() == 0) {
+      if (world_rank() == 0)
+        std::printf("skipped: no GPU visible (CUDA build: %s)\n", comm::cuda_built() ? "yes" : "no");
+      return 77;
+    }
+    report_segfaults_during("the tests");
+    result = run_all_tests_over_mpi();
+    report_segfaults_during("the end of the MPI session (H5close, MPI_Finalize)");
   }
-  return run_all_tests_over_mpi();
+  report_segfaults_during("the exit (atexit handlers, static destructors)");
+  std::atexit([] { exit_phase = "the exit, after main's atexit handler (earlier handlers, static destructors)"; });
+  return result;
 }
