@@ -105,8 +105,9 @@ config::Deck tiny_gpt(const std::string& name) {
 
 // The same step on the GPU and on the CPU (np 1; unclipped SGD, whose update is lr x gradient, so
 // a difference in the gradients shows as it is and cannot flip an Adam sign or hide under the
-// clip): the logged loss, the gradient norm and every parameter within 1e-5 relative. Bit equality is not expected: cuDNN/cuBLAS sum in other
-// orders than the CPU kernels (fp32 rounding, ~1e-7 per operation, through a few layers).
+// clip): the logged loss, the gradient norm and every parameter within 1e-5 relative. Bit
+// equality is not expected: cuDNN/cuBLAS sum in other orders than the CPU kernels (fp32
+// rounding, ~1e-7 per operation, through a few layers).
 TEST(Gpu, OneStepOnCudaMatchesTheCpu) {
   if (world_size() != 1) GTEST_SKIP() << "np 1";
   for (auto deck : {tiny_deck("cnn", "gpu_vs_cpu_cnn"), tiny_gpt("gpu_vs_cpu_gpt")}) {
@@ -337,6 +338,7 @@ void report_segfault(int, siginfo_t* info, void* context) {
   Dl_info where{};
   const bool known = dladdr(caller, &where) != 0;
   const auto base = reinterpret_cast<uintptr_t>(known && where.dli_saddr ? where.dli_saddr : where.dli_fbase);
+  // (Called from: the return address on top of the stack; a jump through null names the caller's caller.)
   std::fprintf(stderr, "segfault during %s: address %p, pc %p; %s %p in %s (%s + 0x%lx)\n", exit_phase,
                info->si_addr, pc, pc == nullptr ? "called from" : "at", caller,
                known && where.dli_fname ? where.dli_fname : "?", known && where.dli_sname ? where.dli_sname : "?",
@@ -366,6 +368,9 @@ int main(int argc, char** argv) {
   setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
   ::testing::InitGoogleTest(&argc, argv);
   int result = 0;
+  // UCX (MPICH's transport) would install its own SIGSEGV handler at MPI_Init and put the old one
+  // back in its library's teardown, late in the exit: ours must stay for every phase.
+  setenv("UCX_HANDLE_ERRORS", "none", 0);
   {
     comm::MpiSession mpi(&argc, &argv);
     // cuDNN's convolution gradients may split a sum over blocks with atomic adds, in another order
