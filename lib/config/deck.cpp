@@ -413,6 +413,10 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   at_most("data.prefetch", d.data.prefetch, kMaxPerRank, " micro-batches");
 
   at_least("run.peak_tflops", d.run.peak_tflops, 0);
+  // MFU is the achieved rate over this: a peak of 1e-300 reported an MFU of 1e300 or inf.
+  if (d.run.peak_tflops > 0 && d.run.peak_tflops < 1e-3)
+    fail("run.peak_tflops", fmt::format("{} is out of range (0 = the GPU's known peak, or at least 0.001 TFLOP/s)",
+                                        d.run.peak_tflops));
   if (one_of("model.kind", d.model.kind, {"mlp", "cnn", "gpt"}) && d.model.kind == "mlp") {
     const auto sizes = hidden_sizes(d);
     bool ok = !sizes.empty();
@@ -513,6 +517,13 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
     fail("optim.eps", fmt::format("{} is out of range (at least {:g}, the smallest normal float32)", d.optim.eps,
                                   std::numeric_limits<float>::min()));
   at_least("optim.clip_grad_norm", d.optim.clip_grad_norm, 0);
+  // The gradients are divided by (norm + 1e-6) / clip_grad_norm in float32: a clip of 1e-300
+  // made that divisor infinite and every update 0, a run that trains nothing and says nothing.
+  if (d.optim.clip_grad_norm > 0 && d.optim.clip_grad_norm < 1e-6)
+    fail("optim.clip_grad_norm",
+         fmt::format("{} is out of range (0 = off, or at least 1e-06: a smaller clip scales the gradients toward "
+                     "float32's underflow)",
+                     d.optim.clip_grad_norm));
   if (one_of("optim.precision", d.optim.precision, {"fp32", "bf16", "fp16"}) && d.optim.precision == "fp16" &&
       (!env.cuda_available || d.run.device == "cpu"))
     fail("optim.precision", "'fp16' needs a GPU (run.device = cuda); on the CPU autocast computes in bf16 only");

@@ -399,7 +399,8 @@ TEST(Deck, ShellWordsInOutputDirAndDotNamesAreRefused) {
 
 // Values the optimizer cannot use: weights scaled by 1 - lr x weight_decay <= 0 each step; an eps
 // that is 0 in float32 (0/0 at a zero gradient, reported as divergence); a bucket size whose byte
-// count overflows.
+// count overflows; a clip that makes float32's divisor infinite (every update 0); a peak that
+// makes the MFU infinite.
 TEST(Deck, OptimizerValuesThatCannotTrainAreRefused) {
   auto expect = [](const std::string& deck, const std::string& text) {
     const auto msg = validation_message(deck);
@@ -410,6 +411,10 @@ TEST(Deck, OptimizerValuesThatCannotTrainAreRefused) {
   expect("[optim]\nname = sgd\nlr = 0.1\nweight_decay = 10\n", "the L2 term alone would take each step past zero");
   expect("[optim]\neps = 1e-50\n", "optim.eps: 1e-50 is out of range (at least 1.17549e-38");
   expect("[parallel]\nbucket_mb = 1e13\n", "parallel.bucket_mb: 10000000000000 is out of range (more than 0, at most 1048576)");
+  expect("[optim]\nclip_grad_norm = 1e-300\n", "optim.clip_grad_norm: 1e-300 is out of range (0 = off, or at least 1e-06");
+  expect("[run]\npeak_tflops = 1e-300\n", "run.peak_tflops: 1e-300 is out of range (0 = the GPU's known peak, or at least 0.001");
+  EXPECT_EQ(validation_message("[optim]\nclip_grad_norm = 0\n[run]\npeak_tflops = 0\n"), "") << "0: off, the known peak";
+  EXPECT_EQ(validation_message("[optim]\nclip_grad_norm = 1e-6\n[run]\npeak_tflops = 0.001\n"), "") << "the bounds";
   EXPECT_EQ(validation_message("[optim]\nlr = 1e-3\nweight_decay = 0.1\neps = 1e-8\n[parallel]\nbucket_mb = 25\n"), "");
 }
 
