@@ -142,14 +142,15 @@ LayerNormForward layer_norm_kernel_forward(const at::Tensor& x, const at::Tensor
 
 // Backward from `saved` = {rows normalised (fp32), weight, mean, rstd}: {grad_x, grad_weight,
 // grad_bias}, and grad_x again in the 16-bit type where `half_grad_x`. `grad_residual` (fp32, or
-// undefined): the gradient reaching the rows by the residual path, added into grad_x.
+// undefined where there is none: a plain LayerNorm): the gradient reaching the rows by the
+// residual path, added into grad_x.
 torch::autograd::variable_list layer_norm_kernel_backward(const torch::autograd::variable_list& saved,
                                                           const at::Tensor& grad_output, bool bf16,
                                                           const at::Tensor& grad_residual, bool half_grad_x) {
   const at::Tensor &x = saved[0], &weight = saved[1];
-  // y's type: a no-op, unless a consumer was fp32. An unused y (grad undefined): zero.
-  at::Tensor grad_y = grad_output.defined() ? grad_output.to(half_scalar_type(bf16)).contiguous()
-                                            : at::zeros(x.sizes(), x.options().dtype(half_scalar_type(bf16)));
+  // y's type: a no-op, unless a consumer was fp32. (Never undefined: autograd hands an unused
+  // output's gradient over as zeros, the Functions leaving materialize_grads on.)
+  at::Tensor grad_y = grad_output.to(half_scalar_type(bf16)).contiguous();
   if (reinterpret_cast<uintptr_t>(grad_y.data_ptr()) % 8 != 0) grad_y = grad_y.clone();  // 8-byte loads
   at::Tensor residual;
   if (grad_residual.defined()) {
