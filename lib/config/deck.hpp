@@ -27,7 +27,7 @@
   X(run, check_memory, bool, true,                                                              \
     "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's), and at pp = 1 a whole-model build past each rank's share of it; false = skip both") \
   X(run, peak_tflops, double, 0.0,                                                              \
-    "token models (gpt): peak TFLOP/s per rank for MFU; 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
+    "token models (gpt): peak TFLOP/s per rank for MFU (>= 0.001); 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
 
 #define TRIDENT_DECK_DATA(X)                                                                    \
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \
@@ -78,7 +78,7 @@
     "largest divisor of global_batch / dp that is <= max_micro_batch, so one deck runs at any dp") \
   X(optim, max_micro_batch, int64_t, 64,                                                        \
     "micro_batch = auto: the largest micro-batch to pick (lower it when a micro-batch does not fit in memory)") \
-  X(optim, clip_grad_norm, double, 1.0, "clip gradients to this global L2 norm; 0 = off")       \
+  X(optim, clip_grad_norm, double, 1.0, "clip gradients to this global L2 norm (>= 1e-6); 0 = off")       \
   X(optim, precision, std::string, "fp32", "fp32 | bf16 | fp16: bf16/fp16 matmuls under autocast, fp32 master weights; fp16 (GPU) adds dynamic loss scaling")
 
 #define TRIDENT_DECK_CHECKPOINT(X)                                                              \
