@@ -2,7 +2,11 @@
 # What a session with a GPU machine does first, in as few device calls as possible: build every
 # target there (-j of its cores), run the gpu-labelled tests and the MPI tests, then the GPT
 # benchmark (benchmarks/gpt_gpu.sh). Logs and results go to $OUT (the device tool brings them back).
-#   benchmarks/gpu_session.sh [build] [test] [mpi] [bench] [pipeline] [scaling]   (default: build test bench)
+#   benchmarks/gpu_session.sh [build] [test] [mpi] [bench] [pipeline] [scaling] [exitcrash]   (default: build test bench)
+# exitcrash: the gpu_training test binary at np 1 under variants (no test run, one test, UCX's
+# memory hooks off, the app's malloc thresholds, gdb), each variant's exit code and segfault line
+# in $out/exitcrash.log: on the H100 (2026-11-27) the binary segfaulted on its way out after every
+# test passed, at np 1 and 2.
 # pipeline and scaling: the studies that need the machine's 16 cores but no GPU (hidden from
 # them): the pipeline bubble at pp 2 and 4, and the cnn's weak and strong scaling against PyTorch
 # DDP over gloo. Each takes most of a 10-minute device call (2026-11-24 on the H100 machine: pp 2
@@ -27,8 +31,8 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(build test bench)
 limited() { local seconds=$1; shift; timeout -k 10 "$seconds" "$@"; }
 for step in "${steps[@]}"; do
-  case $step in build | test | mpi | bench | pipeline | scaling) ;;
-    *) echo "unknown step '$step' (build | test | mpi | bench | pipeline | scaling)" >&2; exit 2 ;;
+  case $step in build | test | mpi | bench | pipeline | scaling | exitcrash) ;;
+    *) echo "unknown step '$step' (build | test | mpi | bench | pipeline | scaling | exitcrash)" >&2; exit 2 ;;
   esac
 done
 rc=0
@@ -54,7 +58,7 @@ for step in "${steps[@]}"; do
       [ -d /usr/share/games/fortunes ] ||
         echo "gpu_session: no /usr/share/games/fortunes: the GPT gpu tests will fail (see the test step's comment)"
       (cd "$build" && limited "${TEST_S:-240}" ctest -L gpu --output-on-failure -j 2) >"$out/test.log" 2>&1 || rc=1
-      grep -E "tests passed|Failed|\*\*\*|Skipped|FAILED|Expected|Which is|actual" "$out/test.log" | head -40
+      grep -E "tests passed|Failed|\*\*\*|Skipped|FAILED|Expected|Which is|actual|segfault during" "$out/test.log" | head -40
       ;;
     mpi)
       # The MPI tests on CPU tensors with this LibTorch (2.x), on the machine's cores. The GPU is
@@ -88,7 +92,35 @@ for step in "${steps[@]}"; do
       cp benchmarks/results/cnn_scaling.json "$out/" 2>/dev/null
       grep -E "^\||^measured" "$out/scaling.log"
       ;;
-    *) echo "unknown step '$step' (build | test | mpi | bench | pipeline | scaling)" >&2; exit 2 ;;
+    exitcrash)
+      # Which part of the process's end crashes, and under what. A variant: NAME, the gtest filter
+      # ("-*" runs no test), the environment. The test's main reports the exit phase and the caller.
+      bin=$build/tests/gpu/trident_gpu_training_test
+      mpiexec=${MPIEXEC:-$(command -v mpiexec.mpich || echo mpiexec)}
+      ucx_off="UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no"
+      app_malloc="MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456"
+      one=Gpu.OneStepOnCudaMatchesTheCpu
+      {
+        command -v ucx_info >/dev/null && ucx_info -v
+        ldd "$bin" | grep -E "ucx|ucs|ucp|uct|ucm|mpich|hdf5|cudnn" | sed 's/ (0x.*//'
+        for variant in "no_test|-*|" "no_test_ucx_hooks_off|-*|$ucx_off" "one_test|$one|" \
+                       "one_test_ucx_hooks_off|$one|$ucx_off" "one_test_app_malloc|$one|$app_malloc" \
+                       "every_test_ucx_hooks_off|*|$ucx_off"; do
+          IFS='|' read -r name filter env_words <<<"$variant"
+          # shellcheck disable=SC2086  # the environment's words
+          env $env_words timeout -k 5 "${EXITCRASH_S:-100}" "$mpiexec" -n 1 "$bin" --gtest_filter="$filter" \
+            >"$out/exitcrash_$name.log" 2>&1
+          echo "$name: exit $? | $(grep -E 'segfault during|tests? ran|PASSED|FAILED' "$out/exitcrash_$name.log" | tr '\n' ' ')"
+        done
+        if command -v gdb >/dev/null; then  # every thread's frames at the fault
+          timeout -k 5 "${EXITCRASH_S:-100}" gdb -q -batch -ex run -ex "thread apply all bt 12" \
+            --args "$bin" --gtest_filter="$one" >"$out/exitcrash_gdb.log" 2>&1
+          echo "gdb: $(grep -cE '^#' "$out/exitcrash_gdb.log") frames in exitcrash_gdb.log"
+        fi
+      } >"$out/exitcrash.log" 2>&1
+      cat "$out/exitcrash.log"
+      ;;
+    *) echo "unknown step '$step' (build | test | mpi | bench | pipeline | scaling | exitcrash)" >&2; exit 2 ;;
   esac
   echo "gpu_session: $step took $((SECONDS - start)) s"
 done
