@@ -349,7 +349,8 @@ void report_segfault(int, siginfo_t* info, void* context) {
 }
 #endif
 
-// Ours over whatever MPI's libraries installed (UCX's, set at MPI_Init), again at each phase.
+// Ours over whatever MPI's libraries installed (UCX's, set at MPI_Init, unless UCX_HANDLE_ERRORS=none
+// was in the environment when its library loaded: CMakeLists.txt sets it), again at each phase.
 void report_segfaults_during(const char* phase) {
   exit_phase = phase;
 #if defined(__x86_64__)
@@ -368,9 +369,6 @@ int main(int argc, char** argv) {
   setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
   ::testing::InitGoogleTest(&argc, argv);
   int result = 0;
-  // UCX (MPICH's transport) would install its own SIGSEGV handler at MPI_Init and put the old one
-  // back in its library's teardown, late in the exit: ours must stay for every phase.
-  setenv("UCX_HANDLE_ERRORS", "none", 0);
   {
     comm::MpiSession mpi(&argc, &argv);
     // cuDNN's convolution gradients may split a sum over blocks with atomic adds, in another order
