@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# damaged_structure.sh TRIDENT MPIEXEC: a dataset file with a byte of its HDF5 structure (superblock,
+# damaged_structure.sh TRIDENT MPIEXEC dataset|checkpoint1of2|checkpoint2of2: a dataset file with a byte of its HDF5 structure (superblock,
 # object headers, B-trees, heaps: the first 2 KiB and the last KiB of a small file) overwritten is
 # bad input or harmless, never a crash: `inspect` exits 0 or 2 for every such byte and a run
 # (np 1) exits 0 or 2, with one message when 2. Every 16th byte of the first range and every 32nd
@@ -9,6 +9,12 @@
 # the tensors: a damaged header there gave exit 1, "negative dimension", "cannot allocate") for inspect
 # (which must never say "every block verified" of a file it could not list), every 16th copy for
 # a run resumed from it (a link damaged to point elsewhere gave exit 1 there).
+# Three CTest tests that run side by side: the dataset, and every other checkpoint offset from the
+# first (checkpoint1of2) or the second (checkpoint2of2).
+part=${3:-}
+case $part in dataset | checkpoint1of2 | checkpoint2of2) ;;
+  *) echo "usage: damaged_structure.sh TRIDENT MPIEXEC dataset|checkpoint1of2|checkpoint2of2" >&2; exit 2 ;;
+esac
 source "$(dirname "$0")/common.sh" "$1" "$2" 256
 size=$(stat -c %s syn.h5)
 # run_judged WHAT LOG FOLDER COMMAND...: COMMAND (output to LOG) must exit 0, or 2 with one error
@@ -34,6 +40,8 @@ damage() {
 }
 args=(--set model.kind=mlp --set optim.global_batch=32 --set optim.micro_batch=32 --set run.threads=1)
 
+# ---- a dataset ----
+if [ "$part" = dataset ]; then
 offsets=$(seq 0 16 2047; seq $((size - 1024)) 32 $((size - 1)))
 declare -A seen
 tried=0 refused_count=0
@@ -51,6 +59,9 @@ done
 echo "inspect: $tried damaged copies, $refused_count refused (exit 2), the rest read (exit 0)"
 echo "train: ${seen[2]:-0} refused, ${seen[0]:-0} trained"
 [ "$refused_count" -gt 0 ] || fail "no damaged copy was refused: the bytes tried missed the structure"
+echo PASS
+exit 0
+fi
 
 # ---- a checkpoint ----
 args+=(--set data.path=syn.h5)
@@ -63,8 +74,10 @@ tables=$(grep -obaE 'SNOD' "$good" | cut -d: -f1)
 offsets=$(seq 0 32 2047; for t in $tables; do [ "$t" -lt 2048 ] || seq $((t - 512)) 16 $((t + 511)); done |
           awk -v n="$size" '$1 < n')
 declare -A ck_seen
-ck_tried=0 ck_refused=0
+ck_tried=0 ck_refused=0 index=0
 for offset in $offsets; do
+  index=$((index + 1))
+  [ $((index % 2)) = "$([ "$part" = checkpoint1of2 ] && echo 1 || echo 0)" ] || continue
   damage "$offset" "$good"
   run_judged "inspect, checkpoint byte $offset" inspect.log "" "$trident" inspect damaged.h5
   ck_tried=$((ck_tried + 1))
