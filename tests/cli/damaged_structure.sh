@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# damaged_structure.sh TRIDENT MPIEXEC dataset|checkpoint1of2|checkpoint2of2: a dataset file with a byte of its HDF5 structure (superblock,
-# object headers, B-trees, heaps: the first 2 KiB and the last KiB of a small file) overwritten is
-# bad input or harmless, never a crash: `inspect` exits 0 or 2 for every such byte and a run
-# (np 1) exits 0 or 2, with one message when 2. Every 16th byte of the first range and every 32nd
-# of the last is tried (inspect), every 128th for training.
+# damaged_structure.sh TRIDENT MPIEXEC dataset|checkpoint1of2|checkpoint2of2: a dataset file with
+# a byte of its HDF5 structure (superblock, object headers, B-trees, heaps: the first 2 KiB and the
+# last KiB of a small file) overwritten is bad input or harmless, never a crash: `inspect` exits 0
+# or 2 for every such byte and a run (np 1) exits 0 or 2, with one message when 2. Every 16th byte
+# of the first range and every 32nd of the last is tried (inspect), every 128th for training.
 # The same for a checkpoint, whose headers sit at its start and beside each symbol table (SNOD):
 # every 32nd byte of its first 2 KiB and every 16th within 512 bytes of each SNOD past them (among
 # the tensors: a damaged header there gave exit 1, "negative dimension", "cannot allocate") for inspect
@@ -74,10 +74,11 @@ tables=$(grep -obaE 'SNOD' "$good" | cut -d: -f1)
 offsets=$(seq 0 32 2047; for t in $tables; do [ "$t" -lt 2048 ] || seq $((t - 512)) 16 $((t + 511)); done |
           awk -v n="$size" '$1 < n')
 declare -A ck_seen
-ck_tried=0 ck_refused=0 index=0
+ck_tried=0 ck_refused=0 index=0 half=0
+[ "$part" = checkpoint2of2 ] || half=1
 for offset in $offsets; do
   index=$((index + 1))
-  [ $((index % 2)) = "$([ "$part" = checkpoint1of2 ] && echo 1 || echo 0)" ] || continue
+  [ $((index % 2)) = "$half" ] || continue
   damage "$offset" "$good"
   run_judged "inspect, checkpoint byte $offset" inspect.log "" "$trident" inspect damaged.h5
   ck_tried=$((ck_tried + 1))
