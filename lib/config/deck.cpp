@@ -496,7 +496,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   one_of("optim.lr_schedule", d.optim.lr_schedule, {"constant", "cosine"});
   at_least("optim.warmup_steps", static_cast<double>(d.optim.warmup_steps), 0);
   if (d.optim.lr > 0 && (d.optim.min_lr < 0 || d.optim.min_lr > d.optim.lr))
-    fail("optim.min_lr", fmt::format("{} is out of range (0 <= min_lr <= lr = {})", d.optim.min_lr, d.optim.lr));
+    fail("optim.min_lr", fmt::format("{} is out of range (0 <= min_lr <= optim.lr = {})", d.optim.min_lr, d.optim.lr));
   at_least("optim.weight_decay", d.optim.weight_decay, 0);
   // AdamW scales the weights by 1 - lr x weight_decay each step, SGD's L2 term subtracts lr x
   // weight_decay x the weights: at 1 or more they are zeroed or flip sign.
@@ -558,13 +558,30 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   return errors;
 }
 
+// Whether `text` names `key` as a word ("optim.lr", not a part of "optim.lr_schedule").
+bool names_key(const std::string& text, const std::string& key) {
+  const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    const size_t end = at + key.size();  // (a '.' after a key ends a sentence: no key has three parts)
+    if ((at == 0 || !(word(text[at - 1]) || text[at - 1] == '.')) && (end == text.size() || !word(text[end])))
+      return true;
+  }
+  return false;
+}
+
 namespace {
 
-// `message` about `key`, after where the key's value came from: "--set k=v" or "deck.ini:12".
+// `message` about `key`, after where the key's value came from: "--set k=v" or "deck.ini:12". A
+// rule between keys (weight_decay x lr) is about the first, yet a --set of another may be what
+// broke it: the other keys the message names that a --set gave follow, with their --set.
 std::string located_at(const Deck& deck, const std::string& key, const std::string& message) {
   const auto set = deck.overridden.find(key);
-  return fmt::format("{}: {}", set != deck.overridden.end() ? "--set " + set->second : where(deck, key),
-                     message);
+  std::string located = fmt::format(
+      "{}: {}", set != deck.overridden.end() ? "--set " + set->second : where(deck, key), message);
+  for (const auto& [name, item] : deck.overridden)
+    if (name != key && names_key(message, name))
+      located += fmt::format(" ({} from --set {})", name, item);
+  return located;
 }
 
 std::string key_of(const std::string& message) { return message.substr(0, message.find(':')); }

@@ -157,6 +157,8 @@ void validate_or_throw(const Deck& deck, const Environment& env, const std::vect
 // A message that starts with a key ("parallel.boundaries: ...") pointed at where its value came
 // from: "deck.ini:12: ..." or "--set parallel.boundaries=7: ..."; other messages as they are.
 std::string locate(const Deck& deck, const std::string& message);
+// Whether `text` names the deck key `key` as a word: "optim.lr (4)" does, "optim.lr_schedule" does not.
+bool names_key(const std::string& text, const std::string& key);
 
 // Resolved values that need the world size.
 int64_t resolved_dp(const Deck& deck, int world_size);
