@@ -430,22 +430,19 @@ TEST(Deck, RuleBrokenByAnOverrideNamesTheOverride) {
 // A rule between two keys is reported on the first key's line; when a --set of the other broke it,
 // that --set is named too (it read as the deck's own weight_decay line being wrong).
 TEST(Deck, RuleBetweenKeysNamesTheOtherKeysOverride) {
-  const auto message_with = [](std::vector<std::string> sets) {
+  const auto message_of = [](const std::string& text, const std::vector<std::string>& sets) {
     return bad_input_message([&] {
-      const auto deck = parse_deck_text("[optim]\nlr = 1e-3\nweight_decay = 2000\n", "test.ini", sets);
+      const auto deck = parse_deck_text(text, "test.ini", sets);
       config::validate_or_throw(deck, {1, false});
     });
   };
   // The deck's own values break it: its line, nothing more.
-  const auto from_deck = message_with({});
+  const auto from_deck = message_of("[optim]\nlr = 1e-3\nweight_decay = 2000\n", {});
   EXPECT_NE(from_deck.find("test.ini:3: optim.weight_decay: 2000 x optim.lr (0.001) = 2 is 1 or more"), std::string::npos)
       << from_deck;
   EXPECT_EQ(from_deck.find("from --set"), std::string::npos) << from_deck;
   // lr from a --set: the weight_decay line, and the --set.
-  const auto msg = bad_input_message([] {
-    const auto deck = parse_deck_text("[optim]\nlr = 1e-3\nweight_decay = 0.5\n", "test.ini", {"optim.lr=4"});
-    config::validate_or_throw(deck, {1, false});
-  });
+  const auto msg = message_of("[optim]\nlr = 1e-3\nweight_decay = 0.5\n", {"optim.lr=4"});
   EXPECT_NE(msg.find("test.ini:3: optim.weight_decay: 0.5 x optim.lr (4) = 2 is 1 or more"), std::string::npos) << msg;
   EXPECT_NE(msg.find("(optim.lr from --set optim.lr=4)"), std::string::npos) << msg;
   // A key whose name starts with another's (optim.lr_schedule and optim.lr) is not that key.
