@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "../remove_tree.hpp"
 #include "comm/world.hpp"
 #include "data/prepare.hpp"
 
@@ -19,8 +20,7 @@ inline std::string shared_scratch_dir() {
     std::string dir;
     bool owner = false;
     ~Scratch() {
-      std::error_code ignored;
-      if (owner) std::filesystem::remove_all(dir, ignored);
+      if (owner) remove_tree(dir);
     }
   };
   static Scratch scratch;

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "report/goodput.hpp"
 #include "train/goodput_log.hpp"
+#include "../remove_tree.hpp"
 
 using namespace trident;
 namespace fs = std::filesystem;
@@ -21,7 +22,7 @@ namespace {
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("trident_goodput_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  trident::test_support::remove_tree(dir.string());
   fs::create_directories(dir);
   return dir;
 }
@@ -135,7 +136,7 @@ TEST(Goodput, TornLinesAreSkippedAndNamed) {
   } catch (const BadInput& e) {
     EXPECT_NE(std::string(e.what()).find("goodput.jsonl is a folder, not a file"), std::string::npos) << e.what();
   }
-  fs::remove_all(dir);
+  trident::test_support::remove_tree(dir.string());
 }
 
 // Values no lifetime can have (a hand-edited or foreign record) are skipped and named like a torn
@@ -171,7 +172,7 @@ TEST(Goodput, RecordsWithImpossibleValuesAreSkippedAndNamed) {
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_NE(acc.skipped[i].find(expected[i]), std::string::npos) << acc.skipped[i];
   EXPECT_LE(acc.goodput(), 1.0);
-  fs::remove_all(dir);
+  trident::test_support::remove_tree(dir.string());
 }
 
 // The writer, as a chain of processes uses it: a lifetime killed after its checkpoint at step 40
@@ -219,7 +220,7 @@ TEST(Goodput, AKilledLifetimeIsClosedByTheNextAndItsWorkAfterTheCheckpointIsLost
   train::GoodputLog fresh(dir.string(), 0);
   EXPECT_EQ(fresh.record().work_lost_steps, 100);
   EXPECT_DOUBLE_EQ(fresh.record().work_lost_s, 40 * 0.4 + 40 * 0.5 + 20 * 0.5);
-  fs::remove_all(dir);
+  trident::test_support::remove_tree(dir.string());
 }
 
 // The fail-fast watchdog's abort on rank 0 (abort_all_ranks' hook) closes the record with the
@@ -241,7 +242,7 @@ TEST(Goodput, AnAbortClosesTheRecordWithItsExitCodeAndTheLastUpdate) {
   EXPECT_EQ(chain[0].last_step, 30);
   EXPECT_DOUBLE_EQ(chain[0].step_s, 15.0);
   EXPECT_FALSE(fs::exists(dir / "goodput.open.json"));
-  fs::remove_all(dir);
+  trident::test_support::remove_tree(dir.string());
 }
 
 // The report reads the open record as the chain's last lifetime: a run still training, or the
@@ -288,7 +289,7 @@ TEST(Goodput, TheOpenRecordIsTheLastLifetimeOfTheReport) {
   ASSERT_EQ(closing.lifetimes.size(), 3u);
   EXPECT_FALSE(closing.lifetimes[2].open);
   EXPECT_EQ(closing.lifetimes[2].exit_code, std::optional<int>(0));
-  fs::remove_all(dir);
+  trident::test_support::remove_tree(dir.string());
 }
 
 // A lifetime killed before its first checkpoint, then a fresh start: all of the first one's steps

@@ -16,6 +16,7 @@
 #include "data/prepare.hpp"
 #include "model/gpt.hpp"
 #include "model/model.hpp"
+#include "../remove_tree.hpp"
 
 using namespace trident;
 
@@ -68,10 +69,7 @@ std::vector<std::pair<config::Deck, model::InputSpec>> every_model_kind() {
 std::string scratch(const std::string& name) {
   struct Folder {
     std::filesystem::path path = std::filesystem::temp_directory_path() / ("trident-unit-" + std::to_string(::getpid()));
-    ~Folder() {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
-    }
+    ~Folder() { trident::test_support::remove_tree(path.string()); }
   };
   static Folder folder;
   std::filesystem::create_directories(folder.path);
