@@ -16,6 +16,8 @@
 #   benchmarks/gpu_session.sh build scaling
 #   PIPELINE_PP=2 benchmarks/gpu_session.sh build pipeline
 #   BUILD_S=170 PIPELINE_PP=4 PIPELINE_S=420 benchmarks/gpu_session.sh build pipeline   (within 600 s)
+# TARGETS: only these targets (e.g. the app and tests/gpu's programs for `test bench`, when every
+# target was built earlier in the session), 150 s for all of them on the H100 machine (2026-11-27).
 # Each step has its own time limit (BUILD_S, TEST_S, MPI_S, BENCH_S, PIPELINE_S for each pp,
 # SCALING_S seconds), so that one that hangs still leaves the device call time for the next. -Werror is off here (WERROR=ON to turn it
 # on): the GPU machine's newer compiler may warn where CI's does not, and a warning must not cost
@@ -47,7 +49,7 @@ for step in "${steps[@]}"; do
     build)
       # shellcheck disable=SC2086  # the arguments are words
       { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON -DTRIDENT_WERROR="${WERROR:-OFF}" \
-          ${TRIDENT_GPU_CMAKE_ARGS:-} && limited "${BUILD_S:-300}" cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1 || rc=1
+          ${TRIDENT_GPU_CMAKE_ARGS:-} && limited "${BUILD_S:-300}" cmake --build "$build" -j "$(nproc)" ${TARGETS:+--target $TARGETS}; } >"$out/build.log" 2>&1 || rc=1
       grep -E "trident:|error" "$out/build.log" | head -20
       echo "build warnings: $(grep -c 'warning:' "$out/build.log")"
       ;;

@@ -1,9 +1,11 @@
 // The kernels of kernels/*.hpp in a build without CUDA: none, said so; callers check
-// cross_entropy_built(), layer_norm_supports() and column_sums_supports() first.
+// cross_entropy_built(), layer_norm_supports(), column_sums_supports() and gelu_matmul_supports()
+// first.
 #include <stdexcept>
 
 #include "kernels/column_sums.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/gelu_matmul.hpp"
 #include "kernels/layer_norm.hpp"
 
 namespace trident::kernels {
@@ -39,6 +41,20 @@ int64_t column_sums_workspace(int64_t, int64_t, int) { return 0; }
 
 void column_sums(HalfType, const void*, int64_t, int64_t, float*, float*, int, void*) {
   throw std::logic_error("column_sums: this trident is built without CUDA");
+}
+
+bool gelu_matmul_supports(int64_t, int64_t, int64_t) { return false; }
+
+int64_t gelu_matmul_workspace_bytes() { return 0; }
+
+void bias_gelu_matmul(HalfType, const void*, const void*, const void*, int64_t, int64_t, int64_t, void*, void*, void*,
+                      int, void*) {
+  throw std::logic_error("bias_gelu_matmul: this trident is built without CUDA");
+}
+
+void gelu_grad_matmul(HalfType, const void*, const void*, const void*, int64_t, int64_t, int64_t, void*, void*, int,
+                      void*) {
+  throw std::logic_error("gelu_grad_matmul: this trident is built without CUDA");
 }
 
 }  // namespace trident::kernels

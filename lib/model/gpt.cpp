@@ -16,6 +16,7 @@
 
 #include "comm/cuda_runtime.hpp"
 #include "kernels/column_sums.hpp"
+#include "kernels/gelu_matmul.hpp"
 #include "kernels/layer_norm.hpp"
 #include "model/model.hpp"
 #include "optim/precision.hpp"
@@ -58,6 +59,30 @@ void no_double_backward(const char* layer) {
               " on the GPU has no double backward (create_graph)");
 }
 
+// A linear layer's weight gradient g^T x in fp32, from its 16-bit output gradient g [rows, out]
+// and input x: cuBLAS writes fp32 where this LibTorch lets it (mm's out_dtype, 2.9 on), else a
+// 16-bit product cast up.
+at::Tensor weight_gradient(const at::Tensor& g, const at::Tensor& x16) {
+  const at::Tensor x2 = x16.reshape({-1, x16.size(-1)});
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+  return at::mm(g.t(), x2, at::kFloat);
+#else
+  return g.t().mm(x2).to(at::kFloat);
+#endif
+}
+
+// Its bias gradient, g's column sums in fp32 (kernels/column_sums.hpp) on the GPU.
+at::Tensor bias_gradient(const at::Tensor& g, bool bf16) {
+  if (!aligned16(g)) return g.sum(0, false, at::kFloat);  // the kernel's 16-byte loads need an aligned start
+  const int64_t out = g.size(1);
+  at::Tensor grad_bias = at::empty({out}, g.options().dtype(at::kFloat));
+  const int device = g.get_device();
+  at::Tensor workspace = at::empty({kernels::column_sums_workspace(g.size(0), out, device)}, grad_bias.options());
+  kernels::column_sums(half_type(bf16), g.data_ptr(), g.size(0), out, grad_bias.data_ptr<float>(),
+                       workspace.data_ptr<float>(), device, comm::cuda_current_stream(device));
+  return grad_bias;
+}
+
 // x W^T + b on the GPU under bf16/fp16 autocast, with its backward written out (mixed_linear):
 // the weight's gradient comes out of the matrix product in fp32 (no bf16 gradient that a cast
 // then turns into fp32), and the bias's is summed into fp32 by trident's column-sum kernel
@@ -78,34 +103,64 @@ class MixedLinearFunction : public torch::autograd::Function<MixedLinearFunction
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x16 = saved[0], &w16 = saved[1];
     const bool bf16 = ctx->saved_data["bf16"].toBool();
-    const at::ScalarType type = half_scalar_type(bf16);
-    const int64_t out = w16.size(0), in = w16.size(1);
     no_double_backward("linear");
-    const at::Tensor g = grad_outputs[0].to(type).contiguous().view({-1, out});
-    at::Tensor grad_x, grad_weight, grad_bias;
-    if (ctx->needs_input_grad(0)) grad_x = g.mm(w16).view(x16.sizes());
-    if (ctx->needs_input_grad(1)) grad_weight = gradient_in_fp32(g.t(), x16.reshape({-1, in}));
-    if (ctx->needs_input_grad(2) && !aligned16(g)) {
-      grad_bias = g.sum(0, false, at::kFloat);  // the kernel's 16-byte loads need an aligned start
-    } else if (ctx->needs_input_grad(2)) {
-      grad_bias = at::empty({out}, g.options().dtype(at::kFloat));
-      const int device = g.get_device();
-      at::Tensor workspace = at::empty({kernels::column_sums_workspace(g.size(0), out, device)}, grad_bias.options());
-      kernels::column_sums(half_type(bf16), g.data_ptr(), g.size(0), out, grad_bias.data_ptr<float>(),
-                           workspace.data_ptr<float>(), device, comm::cuda_current_stream(device));
-    }
+    const at::Tensor g = grad_outputs[0].to(half_scalar_type(bf16)).contiguous().view({-1, w16.size(0)});
+    const at::Tensor grad_x = ctx->needs_input_grad(0) ? g.mm(w16).view(x16.sizes()) : at::Tensor();
+    const at::Tensor grad_weight = ctx->needs_input_grad(1) ? weight_gradient(g, x16) : at::Tensor();
+    const at::Tensor grad_bias = ctx->needs_input_grad(2) ? bias_gradient(g, bf16) : at::Tensor();
     return {grad_x, grad_weight, grad_bias, at::Tensor()};
   }
+};
 
-  // a b in fp32 from 16-bit a and b: cuBLAS writes fp32 where this LibTorch lets it (mm's
-  // out_dtype, 2.9 on), else a 16-bit product cast up.
-  static at::Tensor gradient_in_fp32(const at::Tensor& a, const at::Tensor& b) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
-    return at::mm(a, b, at::kFloat);
-#else
-    return a.mm(b).to(at::kFloat);
-#endif
+// The MLP, gelu_tanh(x W_in^T + b_in) W_out^T + b_out, on the GPU under bf16/fp16 autocast
+// (gelu_mlp), with the GELU in cuBLASLt's epilogues (kernels/gelu_matmul.hpp): forward, the first
+// product writes the GELU's output and its input; backward, the product of the output's gradient
+// and W_out writes the gradient of the GELU's input. One Function for both products because
+// that backward product is the second layer's input gradient and the first's activation
+// gradient at once. The weight and bias gradients as mixed_linear's.
+class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_in,
+                            const at::Tensor& b_in, const at::Tensor& w_out, const at::Tensor& b_out, bool bf16) {
+    const at::ScalarType type = half_scalar_type(bf16);
+    const int64_t width = w_in.size(1), hidden = w_in.size(0), rows = x.numel() / width;
+    const at::Tensor x16 = aligned_copy(x.to(type).contiguous()), w_in16 = w_in.to(type), w_out16 = w_out.to(type);
+    const at::Tensor pre = at::empty({rows, hidden}, x16.options()), activation = at::empty_like(pre);
+    const int device = x16.get_device();
+    const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, x16.options().dtype(at::kByte));
+    kernels::bias_gelu_matmul(half_type(bf16), x16.data_ptr(), w_in16.data_ptr(), b_in.to(type).data_ptr(), rows,
+                              width, hidden, activation.data_ptr(), pre.data_ptr(), workspace.data_ptr(), device,
+                              comm::cuda_current_stream(device));
+    ctx->save_for_backward({x16, w_in16, pre, activation, w_out16});
+    ctx->saved_data["bf16"] = bf16;
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = w_out.size(0);
+    return at::linear(activation, w_out16, b_out.to(type)).view(sizes);
   }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x16 = saved[0], &w_in16 = saved[1], &pre = saved[2], &activation = saved[3], &w_out16 = saved[4];
+    const bool bf16 = ctx->saved_data["bf16"].toBool();
+    no_double_backward("MLP");
+    const at::Tensor g =
+        aligned_copy(grad_outputs[0].to(half_scalar_type(bf16)).contiguous().view({-1, w_out16.size(0)}));
+    const int64_t rows = pre.size(0), hidden = pre.size(1);
+    const at::Tensor grad_pre = at::empty_like(pre);
+    const int device = g.get_device();
+    const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, g.options().dtype(at::kByte));
+    kernels::gelu_grad_matmul(half_type(bf16), g.data_ptr(), w_out16.data_ptr(), pre.data_ptr(), rows, g.size(1),
+                              hidden, grad_pre.data_ptr(), workspace.data_ptr(), device,
+                              comm::cuda_current_stream(device));
+    const at::Tensor grad_x = ctx->needs_input_grad(0) ? grad_pre.mm(w_in16).view(x16.sizes()) : at::Tensor();
+    return {grad_x, weight_gradient(grad_pre, x16), bias_gradient(grad_pre, bf16),
+            weight_gradient(g, activation), bias_gradient(g, bf16), at::Tensor()};
+  }
+
+ private:
+  // The 16-byte aligned start the epilogue's product is asked for (a fresh tensor has one).
+  static at::Tensor aligned_copy(const at::Tensor& t) { return aligned16(t) ? t : t.clone(); }
 };
 
 // The type of CUDA autocast where `x` is a CUDA tensor and autocast runs in bf16 or fp16 there;
@@ -258,6 +313,21 @@ at::Tensor mixed_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   return MixedLinearFunction::apply(x, weight, bias, mixed_type(x) == at::kBFloat16);
 }
 
+bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& b_in, const at::Tensor& w_out,
+                      const at::Tensor& b_out) {
+  return mixed_linear_applies(x, w_in, b_in) && mixed_linear_applies(x, w_out, b_out) && x.size(-1) == w_in.size(1) &&
+         w_out.size(1) == w_in.size(0) && w_in.device() == x.device() && w_out.device() == x.device() &&
+         kernels::gelu_matmul_supports(x.numel() / x.size(-1), w_in.size(1), w_in.size(0)) &&
+         w_out.size(0) % 8 == 0;
+}
+
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& b_in, const at::Tensor& w_out,
+                    const at::Tensor& b_out) {
+  if (!gelu_mlp_applies(x, w_in, b_in, w_out, b_out))
+    return mixed_linear(at::gelu(mixed_linear(x, w_in, b_in), "tanh"), w_out, b_out);
+  return GeluMlpFunction::apply(x, w_in, b_in, w_out, b_out, mixed_type(x) == at::kBFloat16);
+}
+
 bool mixed_layer_norm_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (x.scalar_type() != at::kFloat || !x.is_contiguous() || x.dim() < 1 || mixed_type(x) == at::kFloat) return false;
   return kernels::layer_norm_supports(x.size(-1)) &&
@@ -352,7 +422,7 @@ class BlockImpl : public torch::nn::Module {
                        .transpose(1, 2)
                        .reshape({b, t, d});
     const auto [h, mlp_x] = mlp_norm->after_residual(residual, linear(attn_out, y));
-    return h + linear(mlp_out, at::gelu(linear(mlp_in, mlp_x), "tanh"));
+    return h + gelu_mlp(mlp_x, mlp_in->weight, mlp_in->bias, mlp_out->weight, mlp_out->bias);
   }
 
  private:

@@ -25,6 +25,16 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 bool mixed_linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor mixed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// The GPT's MLP, gelu_tanh(x W_in^T + b_in) W_out^T + b_out (fp32 weights and biases): on the
+// GPU under bf16/fp16 autocast, where gelu_mlp_applies (mixed_linear_applies for both layers,
+// widths that are multiples of 8), the GELU runs in the epilogues of cuBLASLt's products
+// (kernels/gelu_matmul.hpp) instead of in passes of its own forward and backward; elsewhere
+// mixed_linear, ATen's gelu, mixed_linear.
+bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& b_in, const at::Tensor& w_out,
+                      const at::Tensor& b_out);
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& b_in, const at::Tensor& w_out,
+                    const at::Tensor& b_out);
+
 // LayerNorm over the last dimension (fp32 weight and bias of that width) as the GPT runs it: on
 // the GPU under bf16/fp16 autocast, fp32 rows straight into the 16-bit type, in trident's kernels
 // (kernels/layer_norm.hpp), where mixed_layer_norm_applies (widths that are multiples of 128 up

@@ -191,6 +191,63 @@ TEST(CudaKernels, MixedLinearMatchesFloat64) {
   }
 }
 
+// The GPT's MLP with its GELU in cuBLASLt's epilogues (model::gelu_mlp, kernels/gelu_matmul.hpp)
+// against float64 on the CPU from the same 16-bit operands (x, the weights and the biases rounded
+// to the autocast type): gelu_tanh(x W_in^T + b_in) W_out^T + b_out and the gradients of all
+// five. The GPU rounds the GELU's input and output, and the gradient of its input, to 16 bits on
+// the way (~4e-3 each): the output and every gradient within 2e-2 relative. An error in the
+// epilogues' layouts (a transposed operand, the bias along the wrong axis, the wrong GELU)
+// gives errors of order 1.
+TEST(CudaKernels, GeluMlpMatchesFloat64) {
+  struct MlpCase {
+    int64_t rows, width, hidden;
+    at::ScalarType type, input;
+  };
+  const MlpCase cases[] = {
+      {4096, 768, 3072, at::kBFloat16, at::kBFloat16},
+      {1000, 256, 1024, at::kHalf, at::kFloat},
+      {24, 64, 32, at::kBFloat16, at::kBFloat16},
+  };
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& c : cases) {
+    const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.width) + "->" +
+                             std::to_string(c.hidden) + " " + c10::toString(c.type) + " from " +
+                             c10::toString(c.input);
+    const at::Tensor x = at::randn({2, c.rows / 2, c.width}, cuda).to(c.input).requires_grad_(true);
+    const at::Tensor w_in = (at::randn({c.hidden, c.width}, cuda) * 0.05).requires_grad_(true);
+    const at::Tensor b_in = (at::randn({c.hidden}, cuda) * 0.5).requires_grad_(true);
+    const at::Tensor w_out = (at::randn({c.width, c.hidden}, cuda) * 0.05).requires_grad_(true);
+    const at::Tensor b_out = at::randn({c.width}, cuda).requires_grad_(true);
+    const at::Tensor grad_y = at::randn({2, c.rows / 2, c.width}, cuda).to(c.type);
+    at::Tensor y;
+    {
+      trident::optim::AutocastScope autocast(c.type, /*cuda=*/true);
+      ASSERT_TRUE(trident::model::gelu_mlp_applies(x, w_in, b_in, w_out, b_out)) << name;
+      y = trident::model::gelu_mlp(x, w_in, b_in, w_out, b_out);
+    }
+    EXPECT_EQ(y.scalar_type(), c.type) << name;
+    EXPECT_EQ(y.sizes(), x.sizes()) << name;
+    y.backward(grad_y);
+
+    const auto as_used = [&](const at::Tensor& t) {  // the operand the GPU multiplies, in float64
+      return t.detach().to(c.type).cpu().to(at::kDouble).requires_grad_(true);
+    };
+    const at::Tensor rx = as_used(x), rw_in = as_used(w_in), rb_in = as_used(b_in), rw_out = as_used(w_out),
+                     rb_out = as_used(b_out);
+    const at::Tensor ry = at::linear(at::gelu(at::linear(rx, rw_in, rb_in), "tanh"), rw_out, rb_out);
+    ry.backward(grad_y.cpu().to(at::kDouble));
+    EXPECT_LT(relative_error(y.cpu(), ry.detach()), 2e-2) << name;
+    const std::pair<const at::Tensor*, const at::Tensor*> grads[] = {
+        {&x, &rx}, {&w_in, &rw_in}, {&b_in, &rb_in}, {&w_out, &rw_out}, {&b_out, &rb_out}};
+    for (size_t i = 0; i < 5; ++i) {
+      ASSERT_TRUE(grads[i].first->grad().defined()) << name << ", input " << i;
+      EXPECT_LT(relative_error(grads[i].first->grad().cpu(), grads[i].second->grad()), 2e-2) << name << ", input " << i;
+    }
+    EXPECT_EQ(x.grad().scalar_type(), c.input) << name;
+    EXPECT_EQ(w_in.grad().scalar_type(), at::kFloat) << name;
+  }
+}
+
 // The residual add fused into the LayerNorm's kernels (model::residual_layer_norm) gives the bits
 // of the add and mixed_layer_norm apart, forward and backward: h = x + branch in fp32, the 16-bit
 // LayerNorm of it, and the gradients of x, the 16-bit branch, the weight and the bias from
@@ -261,7 +318,7 @@ TEST(CudaKernels, ResidualLayerNormGivesTheBitsOfTheAddAndTheLayerNorm) {
 }
 
 // Where the kernels do not apply (a LayerNorm width that is not a multiple of 128, a bias width
-// that is not a multiple of 8, no autocast, the CPU), ATen's layer_norm and linear run.
+// that is not a multiple of 8, no autocast, the CPU), ATen's layer_norm, linear and gelu run.
 TEST(CudaKernels, MixedLayersFallBackToAten) {
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   const at::Tensor w96 = at::ones({96}, cuda), b96 = at::zeros({96}, cuda);
@@ -291,6 +348,12 @@ TEST(CudaKernels, MixedLayersFallBackToAten) {
       << "no autocast";
   EXPECT_FALSE(trident::model::mixed_layer_norm_applies(at::randn({4, 128}, cuda), w128, b128)) << "no autocast";
   EXPECT_EQ(trident::model::mixed_layer_norm(at::randn({4, 128}, cuda), w128, b128, 1e-5).scalar_type(), at::kFloat);
+  // The MLP without autocast: the fp32 composition, the same bits.
+  const at::Tensor x16 = at::randn({4, 16}, cuda), w_in = at::randn({32, 16}, cuda), b_in = at::randn({32}, cuda);
+  const at::Tensor w_out = at::randn({16, 32}, cuda), b_out = at::randn({16}, cuda);
+  EXPECT_FALSE(trident::model::gelu_mlp_applies(x16, w_in, b_in, w_out, b_out)) << "no autocast";
+  EXPECT_TRUE(at::equal(trident::model::gelu_mlp(x16, w_in, b_in, w_out, b_out),
+                        at::linear(at::gelu(at::linear(x16, w_in, b_in), "tanh"), w_out, b_out)));
 }
 
 }  // namespace

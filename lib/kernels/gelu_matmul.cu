@@ -1,0 +1,168 @@
+// cuBLASLt products with a GELU epilogue (kernels/gelu_matmul.hpp). cuBLASLt is column-major: a
+// row-major [r, c] matrix is its [c, r] column-major transpose, so y = x w^T (row-major
+// [rows, out]) is computed as y^T = w x^T, [out, rows] column-major: A = w read transposed (its
+// column-major form is [in, out]), B = x as it is ([in, rows]); the bias runs along D's rows
+// (out), as the epilogue adds it. Backward, grad^T = w2^T g^T, [out, rows]: A = w2 as it is
+// ([out, width] column-major), B = g as it is ([width, rows]). The pre-activation matrix has D's
+// layout in both (leading dimension out).
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "comm/cuda_check.hpp"
+#include "kernels/gelu_matmul.hpp"
+
+namespace trident::kernels {
+
+namespace {
+
+constexpr int64_t kWorkspaceBytes = 32 << 20;  // what cuBLAS itself sets aside on Hopper
+constexpr uint32_t kAlignment = 16;           // the least that callers guarantee, and ask for
+
+[[noreturn]] void fail_cublaslt(cublasStatus_t status, const char* call, const char* file, int line) {
+  fatal_one(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
+            cublasLtGetStatusName(status) + ": " + cublasLtGetStatusString(status));
+}
+
+#define CUBLASLT_CHECK(call)                                                             \
+  do {                                                                                   \
+    const cublasStatus_t trident_lt_rc_ = (call);                                        \
+    if (trident_lt_rc_ != CUBLAS_STATUS_SUCCESS) fail_cublaslt(trident_lt_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+cublasLtHandle_t handle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t created = nullptr;
+    CUBLASLT_CHECK(cublasLtCreate(&created));
+    return created;
+  }();
+  return h;
+}
+
+cudaDataType_t data_type(HalfType type) { return type == HalfType::bf16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+// D [m, n] (column-major, leading dimension m) = op(A) B with the epilogue, A [k, m] read
+// transposed (transpose_a) or [m, k], B [k, n]; `aux` the pre-activation (D's layout), `bias`
+// null or [m].
+struct Product {
+  HalfType type;
+  cublasLtEpilogue_t epilogue;
+  bool transpose_a;
+  int64_t m, n, k;
+  const void *a, *b, *bias;
+  void *d, *aux, *workspace;
+  int device;
+  cudaStream_t stream;
+};
+
+// One descriptor set for one call (host objects, microseconds), destroyed on the way out.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  ~Descriptors() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <typename T>
+void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value)));
+}
+
+// The heuristic's first choice, once per shape: asking costs tens of microseconds of host time,
+// 24 times a GPT-2 small step.
+cublasLtMatmulAlgo_t algorithm(const Product& p, const Descriptors& desc) {
+  using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int>;
+  static std::mutex mutex;
+  static std::map<Key, cublasLtMatmulAlgo_t> chosen;
+  const Key key{static_cast<int>(p.type), static_cast<int>(p.epilogue), p.transpose_a ? 1 : 0, p.m, p.n, p.k,
+                p.device};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto found = chosen.find(key); found != chosen.end()) return found->second;
+  cublasLtMatmulPreference_t preference = nullptr;
+  CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                       sizeof(workspace));
+  for (const auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(preference, attribute, &kAlignment, sizeof(kAlignment));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle(), desc.op, desc.a, desc.b, desc.d, desc.d, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  CUBLASLT_CHECK(status);
+  if (found == 0)
+    fatal_one("gelu_matmul: cuBLASLt has no algorithm for epilogue " + std::to_string(p.epilogue) + " at m " +
+              std::to_string(p.m) + ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k));
+  chosen.emplace(key, result.algo);
+  return result.algo;
+}
+
+void run(const Product& p) {
+  const cudaDataType_t type = data_type(p.type);
+  Descriptors desc;
+  CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N));
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(p.epilogue));
+  if (p.bias) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.m);
+  if (p.transpose_a)
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.a, type, p.k, p.m, p.k));
+  else
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.a, type, p.m, p.k, p.m));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.b, type, p.k, p.n, p.k));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.d, type, p.m, p.n, p.m));
+  const cublasLtMatmulAlgo_t algo = algorithm(p, desc);
+  const float alpha = 1.f, beta = 0.f;
+  CUBLASLT_CHECK(cublasLtMatmul(handle(), desc.op, &alpha, p.a, desc.a, p.b, desc.b, &beta, p.d, desc.d, p.d, desc.d,
+                                &algo, p.workspace, kWorkspaceBytes, p.stream));
+}
+
+void check(bool ok, const char* what, int64_t rows, int64_t in, int64_t out) {
+  if (!ok)
+    fatal_one(std::string(what) + ": rows " + std::to_string(rows) + ", widths " + std::to_string(in) + " and " +
+              std::to_string(out) + ": needs multiples of 8 and 16-byte aligned matrices");
+}
+
+bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignment == 0; }
+
+}  // namespace
+
+bool gelu_matmul_supports(int64_t rows, int64_t in, int64_t out) {
+  return rows > 0 && in > 0 && out > 0 && in % 8 == 0 && out % 8 == 0 && rows <= INT32_MAX && in <= INT32_MAX &&
+         out <= INT32_MAX;
+}
+
+int64_t gelu_matmul_workspace_bytes() { return kWorkspaceBytes; }
+
+void bias_gelu_matmul(HalfType type, const void* x, const void* w, const void* bias, int64_t rows, int64_t in,
+                      int64_t out, void* y, void* pre, void* workspace, int device, void* stream) {
+  check(gelu_matmul_supports(rows, in, out) && aligned(x) && aligned(w) && aligned(bias) && aligned(y) &&
+            aligned(pre) && aligned(workspace),
+        "bias_gelu_matmul", rows, in, out);
+  run({type, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, /*transpose_a=*/true, out, rows, in, w, x, bias, y, pre, workspace,
+       device, static_cast<cudaStream_t>(stream)});
+}
+
+void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* pre, int64_t rows, int64_t width,
+                      int64_t out, void* grad_pre, void* workspace, int device, void* stream) {
+  check(gelu_matmul_supports(rows, width, out) && aligned(g) && aligned(w2) && aligned(pre) && aligned(grad_pre) &&
+            aligned(workspace),
+        "gelu_grad_matmul", rows, width, out);
+  run({type, CUBLASLT_EPILOGUE_DGELU, /*transpose_a=*/false, out, rows, width, w2, g, nullptr, grad_pre,
+       const_cast<void*>(pre), workspace, device, static_cast<cudaStream_t>(stream)});
+}
+
+}  // namespace trident::kernels
