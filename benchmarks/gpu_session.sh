@@ -6,7 +6,8 @@
 # exitcrash: the gpu_training test binary at np 1 under variants (no test run, one test, UCX's
 # memory hooks off, the app's malloc thresholds, H5dont_atexit made a no-op, gdb), each variant's
 # exit code and segfault line in $out/exitcrash.log: on the H100 (2026-11-27) the binary
-# segfaulted on its way out after every test passed, at np 1 and 2.
+# segfaulted on its way out after every test passed, at np 1 and 2 (found with this step: the
+# scratch folder's std::filesystem::remove_all at exit; tests/remove_tree.hpp).
 # pipeline and scaling: the studies that need the machine's 16 cores but no GPU (hidden from
 # them): the pipeline bubble at pp 2 and 4, and the cnn's weak and strong scaling against PyTorch
 # DDP over gloo. Each takes most of a 10-minute device call (2026-11-24 on the H100 machine: pp 2
