@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "comm/cuda_runtime.hpp"
 #include "core/timer.hpp"
@@ -14,79 +16,88 @@ namespace trident::model {
 
 namespace {
 
-// The state a timing pass must leave as it found it.
-struct ModelSnapshot {
-  explicit ModelSnapshot(LayerStack& model) : model_(model) {
-    torch::NoGradGuard no_grad;
-    for (auto& t : model->parameters()) params_.push_back(t.detach().clone());
-    for (auto& t : model->buffers()) buffers_.push_back(t.detach().clone());
+// Times layers one at a time: `input` is the micro-batch the next layer reads (the model's own
+// for the first, then random numbers of the previous layer's output shape).
+class LayerTimer {
+ public:
+  LayerTimer(const InputSpec& spec, int64_t micro_batch, c10::Device device, c10::ScalarType compute, int repeats)
+      : device_(device), compute_(compute), repeats_(repeats),
+        generator_(at::make_generator<at::CPUGeneratorImpl>(12345)) {
+    std::vector<int64_t> shape{micro_batch};
+    shape.insert(shape.end(), spec.sample_shape.begin(), spec.sample_shape.end());
+    input_ = (spec.tokens ? at::randint(spec.classes, shape, generator_, at::kLong) : at::randn(shape, generator_))
+                 .to(device);
+    const std::vector<int64_t> label_shape = spec.tokens ? shape : std::vector<int64_t>{micro_batch};
+    labels_ = at::randint(spec.classes, label_shape, generator_, at::kLong).to(device);
   }
-  ~ModelSnapshot() {
-    torch::NoGradGuard no_grad;
-    auto params = model_->parameters();
-    auto buffers = model_->buffers();
-    for (size_t i = 0; i < params.size(); ++i) {
-      params[i].copy_(params_[i]);
-      params[i].mutable_grad() = at::Tensor();
+
+  // Forward + backward of `layer` on the current input, the fastest of the repeats; then the
+  // next layer's input: random numbers of this one's output shape, in fp32 (as a stage receives
+  // its activations), with a gradient to compute.
+  double time(const Layer& layer, bool last) {
+    torch::nn::Sequential module = layer.module;  // a handle: forward is not const
+    module->to(device_);
+    if (timed_any_) input_.requires_grad_(true);  // the first layer computes no input gradient
+    double fastest = 0;
+    std::vector<int64_t> output_shape;
+    for (int rep = 0; rep <= repeats_; ++rep) {  // rep 0 warms up
+      if (input_.requires_grad()) input_.mutable_grad() = at::Tensor();
+      sync();
+      Stopwatch watch;
+      at::Tensor output, loss;
+      {
+        optim::AutocastScope autocast(compute_, device_.is_cuda());
+        output = module->forward(input_);
+        if (last) loss = cross_entropy(output, labels_, /*mean=*/true);
+      }
+      if (last) {
+        loss.backward();
+      } else if (output.requires_grad()) {
+        const bool reuse = gradient_.defined() && gradient_.sizes() == output.sizes() &&
+                           gradient_.scalar_type() == output.scalar_type();
+        if (!reuse) gradient_ = at::randn(output.sizes(), generator_).to(output.scalar_type()).to(device_);
+        output.backward(gradient_);
+      }
+      sync();
+      const double seconds = watch.seconds();
+      if (rep == 1 || (rep > 1 && seconds < fastest)) fastest = seconds;
+      output_shape = output.sizes().vec();
     }
-    for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(buffers_[i]);
+    timed_any_ = true;
+    if (!last) input_ = at::randn(output_shape, generator_).to(device_);
+    return repeats_ > 0 ? fastest : 0.0;
   }
-  LayerStack& model_;
-  std::vector<at::Tensor> params_, buffers_;
+
+ private:
+  void sync() const {
+    if (device_.is_cuda()) comm::cuda_synchronize(device_.index());
+  }
+
+  c10::Device device_;
+  c10::ScalarType compute_;
+  int repeats_;
+  at::Generator generator_;
+  at::Tensor input_, labels_, gradient_;
+  bool timed_any_ = false;
 };
 
 }  // namespace
 
-std::vector<double> time_layers(LayerStack& model, const InputSpec& input, int64_t micro_batch, c10::Device device,
-                                c10::ScalarType compute, int repeats) {
-  const ModelSnapshot snapshot(model);
-  const auto& layers = model->layers();
-  const size_t n = layers.size();
-  const int cuda_index = device.is_cuda() ? device.index() : -1;
-  const auto sync = [cuda_index] {
-    if (cuda_index >= 0) comm::cuda_synchronize(cuda_index);
-  };
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(12345);
-  std::vector<int64_t> shape{micro_batch};
-  shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
-  const at::Tensor inputs = (input.tokens ? at::randint(input.classes, shape, generator, at::kLong)
-                                          : at::randn(shape, generator)).to(device);
-  const std::vector<int64_t> label_shape = input.tokens ? shape : std::vector<int64_t>{micro_batch};
-  const at::Tensor labels = at::randint(input.classes, label_shape, generator, at::kLong).to(device);
-
-  std::vector<std::vector<double>> samples(n);
-  for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
-    std::vector<at::Tensor> ins(n), outs(n);
-    std::vector<double> seconds(n, 0.0);
-    at::Tensor loss;
-    for (size_t l = 0; l < n; ++l) {
-      ins[l] = l == 0 ? inputs : outs[l - 1].detach().to(at::kFloat).requires_grad_(true);
-      sync();
-      Stopwatch watch;
-      {
-        optim::AutocastScope autocast(compute, device.is_cuda());
-        torch::nn::Sequential layer = layers[l].module;  // a handle: forward is not const
-        outs[l] = layer->forward(ins[l]);
-        if (l == n - 1) loss = cross_entropy(outs[l], labels, /*mean=*/true);
-      }
-      sync();
-      seconds[l] += watch.seconds();
-    }
-    for (size_t l = n; l-- > 0;) {
-      sync();
-      Stopwatch watch;
-      if (l == n - 1) loss.backward();
-      else outs[l].backward(ins[l + 1].grad().to(outs[l].scalar_type()));
-      sync();
-      seconds[l] += watch.seconds();
-    }
-    if (rep > 0)
-      for (size_t l = 0; l < n; ++l) samples[l].push_back(seconds[l]);
-  }
-  // The fastest repeat: on a shared node interference only ever adds time.
-  std::vector<double> fastest(n);
-  for (size_t l = 0; l < n; ++l) fastest[l] = *std::min_element(samples[l].begin(), samples[l].end());
-  return fastest;
+std::vector<double> time_layers(const config::Deck& deck, const InputSpec& input, int64_t micro_batch,
+                                c10::Device device, c10::ScalarType compute, int repeats) {
+  const auto builder = registry().find(deck.model.kind);
+  TORCH_CHECK(builder != registry().end(), "model.kind: unknown model '", deck.model.kind, "'");
+  LayerTimer timer(input, micro_batch, device, compute, repeats);
+  std::vector<double> seconds;
+  // Whether a layer is the last (which adds the loss) is known when the builder hands over the
+  // next one, or returns: each is timed then, the one after it already built.
+  std::optional<Layer> waiting;
+  builder->second(deck, input, [&](Layer layer) {
+    if (waiting) seconds.push_back(timer.time(*waiting, /*last=*/false));
+    waiting = std::move(layer);
+  });
+  if (waiting) seconds.push_back(timer.time(*waiting, /*last=*/true));
+  return seconds;
 }
 
 }  // namespace trident::model

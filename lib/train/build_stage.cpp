@@ -89,8 +89,9 @@ auto agreed(const Connection& conn, Make make) {
   return std::move(*made);
 }
 
-// parallel.balance = time: rank 0 times every layer of the whole model on the run's device, one
-// micro-batch as training runs it, and every rank cuts by those same times.
+// parallel.balance = time: rank 0 times every layer of the model on the run's device, one
+// micro-batch as training runs it, building them one by one (it never holds the whole model,
+// which may not fit one rank: why it is pipelined), and every rank cuts by those same times.
 void measure_layer_times(const config::Deck& deck, const Connection& conn, const model::InputSpec& input,
                          std::vector<model::LayerInfo>& layers) {
   std::vector<double> seconds(layers.size(), 0.0);
@@ -98,10 +99,10 @@ void measure_layer_times(const config::Deck& deck, const Connection& conn, const
   if (conn.world.rank == 0) {
     try {
       torch::manual_seed(static_cast<uint64_t>(deck.run.seed));
-      auto whole = model::build(deck, input);
-      whole->to(conn.torch_device);
-      seconds = model::time_layers(whole, input, config::resolved_micro_batch(deck, conn.world.size), conn.torch_device,
+      seconds = model::time_layers(deck, input, config::resolved_micro_batch(deck, conn.world.size), conn.torch_device,
                                    optim::compute_type(deck.optim.precision));
+      if (seconds.size() != layers.size())
+        error = fmt::format("parallel.balance = time: timed {} layers of a model of {}", seconds.size(), layers.size());
     } catch (const std::exception& e) {
       error = std::string("parallel.balance = time: timing the model's layers failed: ") + message_of(e);
     }
