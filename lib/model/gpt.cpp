@@ -47,6 +47,9 @@ double gpt_flops_per_token(int64_t matmul_parameters, int64_t layers, int64_t se
 namespace {
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+// `t`, or a copy of it where its start is not 16-byte aligned (a fresh tensor's is): for kernels and
+// products that load 16 bytes at a time.
+at::Tensor aligned16_or_copy(const at::Tensor& t) { return aligned16(t) ? t : t.clone(); }
 
 // The 16-bit type of the mixed layers below, which carry it as a flag: bf16, or else fp16.
 at::ScalarType half_scalar_type(bool bf16) { return bf16 ? at::kBFloat16 : at::kHalf; }
@@ -124,7 +127,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
                             const at::Tensor& b_in, const at::Tensor& w_out, const at::Tensor& b_out, bool bf16) {
     const at::ScalarType type = half_scalar_type(bf16);
     const int64_t width = w_in.size(1), hidden = w_in.size(0), rows = x.numel() / width;
-    const at::Tensor x16 = aligned_copy(x.to(type).contiguous()), w_in16 = w_in.to(type), w_out16 = w_out.to(type);
+    const at::Tensor x16 = aligned16_or_copy(x.to(type).contiguous()), w_in16 = w_in.to(type), w_out16 = w_out.to(type);
     const at::Tensor pre = at::empty({rows, hidden}, x16.options()), activation = at::empty_like(pre);
     const int device = x16.get_device();
     const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, x16.options().dtype(at::kByte));
@@ -145,7 +148,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     const bool bf16 = ctx->saved_data["bf16"].toBool();
     no_double_backward("MLP");
     const at::Tensor g =
-        aligned_copy(grad_outputs[0].to(half_scalar_type(bf16)).contiguous().view({-1, w_out16.size(0)}));
+        aligned16_or_copy(grad_outputs[0].to(half_scalar_type(bf16)).contiguous().view({-1, w_out16.size(0)}));
     const int64_t rows = pre.size(0), hidden = pre.size(1);
     const at::Tensor grad_pre = at::empty_like(pre);
     const int device = g.get_device();
@@ -157,10 +160,6 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
     return {grad_x, weight_gradient(grad_pre, x16), bias_gradient(grad_pre, bf16),
             weight_gradient(g, activation), bias_gradient(g, bf16), at::Tensor()};
   }
-
- private:
-  // The 16-byte aligned start the epilogue's product is asked for (a fresh tensor has one).
-  static at::Tensor aligned_copy(const at::Tensor& t) { return aligned16(t) ? t : t.clone(); }
 };
 
 // The type of CUDA autocast where `x` is a CUDA tensor and autocast runs in bf16 or fp16 there;
@@ -209,8 +208,7 @@ torch::autograd::variable_list layer_norm_kernel_backward(const torch::autograd:
   if (reinterpret_cast<uintptr_t>(grad_y.data_ptr()) % 8 != 0) grad_y = grad_y.clone();  // 8-byte loads
   at::Tensor residual;
   if (grad_residual.defined()) {
-    residual = grad_residual.to(at::kFloat).contiguous();
-    if (!aligned16(residual)) residual = residual.clone();  // 16-byte loads
+    residual = aligned16_or_copy(grad_residual.to(at::kFloat).contiguous());
   }
   const int64_t width = x.size(-1), rows = x.numel() / width;
   const int device = x.get_device();
@@ -317,8 +315,7 @@ bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w_in, const at::Ten
                       const at::Tensor& b_out) {
   return mixed_linear_applies(x, w_in, b_in) && mixed_linear_applies(x, w_out, b_out) && x.size(-1) == w_in.size(1) &&
          w_out.size(1) == w_in.size(0) && w_in.device() == x.device() && w_out.device() == x.device() &&
-         kernels::gelu_matmul_supports(x.numel() / x.size(-1), w_in.size(1), w_in.size(0)) &&
-         w_out.size(0) % 8 == 0;
+         kernels::gelu_matmul_supports(x.numel() / x.size(-1), w_in.size(1), w_in.size(0));
 }
 
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& b_in, const at::Tensor& w_out,
