@@ -1,65 +1,58 @@
-// trident: one executable, subcommands dispatched here (README.md "Using it").
+// trident: the command line (README.md "Using it"). inspect, report, --help and --version run in
+// this executable, which does not load LibTorch (0.7 s at every start with Debian's LibTorch 1.13);
+// for train, plan, compare and prepare-data it becomes trident-torch, the executable beside it
+// (exec: the same process, with the same arguments and environment, for mpiexec, srun and their
+// signals).
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "commands.hpp"
 #include "core/error.hpp"
-#include "core/hdf5.hpp"
-#include "core/malloc_tuning.hpp"
 
 namespace {
 
-// The subcommand argv[0] names, given argv from its name on (`train DECK --set ...`); -1 when
-// argv[0] names none.
+char** g_argv = nullptr;  // main's, whole: what trident-torch is given
+
+// The executable trident-torch beside this one (both are built into, and installed in, one folder).
+std::string trident_torch_path() {
+  std::string self(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size());
+  if (n <= 0 || static_cast<size_t>(n) >= self.size()) return "trident-torch";
+  self.resize(static_cast<size_t>(n));
+  return self.substr(0, self.rfind('/') + 1) + "trident-torch";
+}
+
+// This process becomes trident-torch with the same arguments; returns only if it cannot (a fault:
+// the installation lacks it), having said so.
+int become_trident_torch(const std::string& command) {
+  const std::string path = trident_torch_path();
+  ::execv(path.c_str(), g_argv);
+  const int error = errno;
+  if (trident::launcher_rank() == 0)
+    std::fprintf(stderr,
+                 "trident: fault: %s: cannot run %s (%s): %s needs it, installed beside trident (cmake --install puts "
+                 "both in bin/)\n",
+                 trident::who().c_str(), path.c_str(), std::strerror(error), command.c_str());
+  return trident::kExitFault;
+}
+
 int run_subcommand(int argc, char** argv) {
   using namespace trident::app;
   const std::string command = argv[0];
-  if (command == "train") return train_command(argc, argv);
-  if (command == "prepare-data") return prepare_data_command(argc, argv);
   if (command == "inspect") return inspect_command(argc, argv);
-  if (command == "compare") return compare_command(argc, argv);
-  if (command == "plan") return plan_command(argc, argv);
   if (command == "report") return report_command(argc, argv);
+  if (command == "train" || command == "plan" || command == "compare" || command == "prepare-data")
+    return become_trident_torch(command);
   return -1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace trident::app;
-  trident::keep_freed_memory_in_process();
-  trident::hdf5::without_its_file_locks();
-  if (argc < 2) {  // no command: the usage, on stderr, as the mistake it is (once under mpiexec)
-    if (trident::launcher_rank() == 0) print_usage(stderr);
-    return 2;
-  }
-  const std::string command = argv[1];
-  if (const int code = run_subcommand(argc - 1, argv + 1); code >= 0) return code;
-  const bool version = command == "--version" || command == "version";
-  const bool help = command == "--help" || command == "-h" || command == "help";
-  // `trident help train` is `trident train --help`; any other word after these is a mistake, said
-  // (a script's `trident version --short` was read as a version).
-  if (help && argc == 3) {
-    char help_option[] = "--help";
-    char* sub_argv[] = {argv[2], help_option, nullptr};
-    if (const int code = run_subcommand(2, sub_argv); code >= 0) return code;
-  }
-  if ((version || help) && argc > 2) {
-    if (trident::launcher_rank() == 0)
-      std::fprintf(stderr, "trident: error: %s takes no argument here ('%s'%s)\n", command.c_str(), argv[2],
-                   help ? "; trident help COMMAND takes a command trident --help lists" : "");
-    return 2;
-  }
-  if (version) {
-    std::printf("trident %s\n", TRIDENT_VERSION);
-    return 0;
-  }
-  if (help) {
-    print_usage(stdout);
-    return 0;
-  }
-  if (trident::launcher_rank() == 0)  // every task of mpiexec -n N makes the same mistake: said once
-    std::fprintf(stderr, "trident: error: unknown command '%s' (trident --help lists them)\n", command.c_str());
-  return 2;
+  g_argv = argv;
+  return trident::app::trident_main(argc, argv, run_subcommand);
 }

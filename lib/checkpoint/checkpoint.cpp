@@ -6,7 +6,6 @@
 #include <hdf5.h>
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +25,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/file_blocks.hpp"
 #include "comm/progress.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
@@ -33,123 +33,15 @@
 #include "core/hdf5.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
-#include "data/prepare.hpp"
 
 namespace trident::checkpoint {
 
 namespace fs = std::filesystem;
 using hdf5::Hid;
+using namespace detail;
 
 namespace {
 constexpr int64_t kWritePieceBytes = int64_t{1} << 20;  // the largest single write (see save)
-
-// ---- selections of a flat element range in an N-d dataspace ---------------------------------
-
-// Adds elements [lo, hi) (C order, relative to the sub-array at `prefix`) of a dataspace with
-// `dims` to its selection, as at most 2 x rank hyperslabs.
-void add_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t> prefix, hsize_t lo, hsize_t hi,
-               bool& first) {
-  if (lo >= hi) return;
-  const size_t level = prefix.size();
-  hsize_t inner = 1;
-  for (size_t d = level + 1; d < dims.size(); ++d) inner *= dims[d];
-  auto block = [&](hsize_t row_begin, hsize_t row_end) {  // whole rows at this level
-    std::vector<hsize_t> start(prefix), count(prefix.size(), 1);
-    start.push_back(row_begin);
-    count.push_back(row_end - row_begin);
-    for (size_t d = level + 1; d < dims.size(); ++d) {
-      start.push_back(0);
-      count.push_back(dims[d]);
-    }
-    HDF5_CHECK(H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
-                                   count.data(), nullptr));
-    first = false;
-  };
-  if (lo % inner == 0 && hi % inner == 0) return block(lo / inner, hi / inner);
-  const hsize_t first_row = lo / inner, last_row = (hi - 1) / inner;
-  auto sub = [&](hsize_t row, hsize_t a, hsize_t b) {
-    auto p = prefix;
-    p.push_back(row);
-    add_range(space, dims, p, a, b, first);
-  };
-  if (first_row == last_row) return sub(first_row, lo - first_row * inner, hi - first_row * inner);
-  hsize_t full_begin = first_row, full_end = last_row + 1;
-  if (lo % inner != 0) {
-    sub(first_row, lo % inner, inner);
-    full_begin = first_row + 1;
-  }
-  if (hi % inner != 0) {
-    sub(last_row, 0, hi % inner);
-    full_end = last_row;
-  }
-  if (full_begin < full_end) block(full_begin, full_end);
-}
-
-Hid select_range(hid_t dataset, hsize_t lo, hsize_t hi) {
-  Hid space(HDF5_CHECK(H5Dget_space(dataset)));
-  const auto dims = hdf5::dataset_shape(dataset);
-  bool first = true;
-  if (dims.empty()) {
-    HDF5_CHECK(H5Sselect_all(space));
-  } else if (lo >= hi) {
-    HDF5_CHECK(H5Sselect_none(space));
-  } else {
-    add_range(space, dims, {}, lo, hi, first);
-  }
-  return space;
-}
-
-Hid memory_space(hsize_t n) {
-  const hsize_t dims[1] = {std::max<hsize_t>(n, 1)};
-  Hid space(HDF5_CHECK(H5Screate_simple(1, dims, nullptr)));
-  if (n == 0) HDF5_CHECK(H5Sselect_none(space));
-  return space;
-}
-
-// The metadata attribute's checksum, as written and as verified.
-long long text_crc(const std::string& text) {
-  return static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
-}
-
-uint32_t crc_of(const at::Tensor& t) {  // crc32_z: a rank's piece of a tensor may pass 4 GB
-  return static_cast<uint32_t>(
-      crc32_z(0L, static_cast<const Bytef*>(t.data_ptr()), static_cast<z_size_t>(t.numel() * t.element_size())));
-}
-
-std::string dataset_name(const std::string& group, const std::string& name) { return "/" + group + "/" + name; }
-
-std::string meta_text(const Meta& m) {
-  return fmt::format(
-      "format_version={}\nstep={}\nepoch={}\ncursor={}\noptimizer_steps={}\nglobal_batch={}\nworld={}\ndp={}\npp={}\n"
-      "zero={}\ntrident_version={}\ntorch_version={}\nloss_scale={}\nloss_scale_good_steps={}\nskipped_steps={}\n"
-      "epoch_loss_sum={}\nepoch_loss_steps={}\n",
-      kFormatVersion, m.step, m.epoch, m.cursor, m.optimizer_steps, m.global_batch, m.world, m.dp, m.pp, m.zero,
-      m.trident_version, m.torch_version, m.loss_scale, m.loss_scale_good_steps, m.skipped_steps, m.epoch_loss_sum,
-      m.epoch_loss_steps);
-}
-
-// The file's dataset names: how many, and the CRC-32 of their sorted list. The metadata holds both,
-// since the blocks' checksums cover each tensor's data but not the name it is found under.
-struct DatasetManifest {
-  size_t count = 0;
-  long long crc = 0;
-};
-DatasetManifest dataset_manifest(hid_t file) {
-  auto names = hdf5::dataset_names(file);
-  std::sort(names.begin(), names.end());
-  return {names.size(), text_crc(fmt::format("{}", fmt::join(names, "\n")))};
-}
-
-std::map<std::string, std::string> parse_lines(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return out;
-}
 
 std::string step_file(int64_t step) { return fmt::format("step_{:07d}.h5", step); }
 
@@ -388,74 +280,12 @@ SetAside set_aside_other_runs(const std::string& dir, int64_t step, const std::s
 namespace {
 
 // Tensors are float32; the RNG states (/rng/cpu) are bytes.
-hid_t memory_type(at::ScalarType type) { return type == at::kByte ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT; }
 hid_t file_type(at::ScalarType type) { return type == at::kByte ? H5T_STD_U8LE : H5T_IEEE_F32LE; }
 
-// Tensors are stored as float32, the RNG states as bytes.
-at::ScalarType stored_type(hid_t dataset) {
-  Hid type(HDF5_CHECK(H5Dget_type(dataset)));
-  return H5Tget_size(type) == 1 ? at::kByte : at::kFloat;
-}
-
-// Elements [lo, hi) into `out` (contiguous, hi - lo elements of the stored type).
-void read_elements_into(hid_t dataset, int64_t lo, int64_t hi, const at::Tensor& out) {
-  Hid file_space = select_range(dataset, static_cast<hsize_t>(lo), static_cast<hsize_t>(hi));
-  Hid mem = memory_space(static_cast<hsize_t>(hi - lo));
-  HDF5_CHECK(H5Dread(dataset, memory_type(out.scalar_type()), mem, file_space, H5P_DEFAULT, out.data_ptr()));
-}
-
-// A tensor's checksummed blocks of elements, in order. The list must tile the tensor as its
-// shape says: a damaged list (or shape) is refused before any range in it is allocated or read.
-std::vector<hdf5::Crc32Block> checksum_blocks(hid_t dataset, const std::string& path, const std::string& name) {
-  std::vector<int64_t> flat;
-  if (!hdf5::read_crc32_blocks(dataset, flat))
-    fatal_all(fmt::format("checkpoint {}: tensor {} has no checksums", path, name));
-  int64_t numel = 1;
-  for (const hsize_t d : hdf5::dataset_shape(dataset)) numel *= static_cast<int64_t>(d);
-  std::vector<hdf5::Crc32Block> blocks;
-  if (const std::string problem = hdf5::tile_crc32_blocks(flat, numel, "elements", blocks); !problem.empty())
-    fatal_all(fmt::format("checkpoint {}: tensor {}: {}: the file is damaged", path, name, problem));
-  return blocks;
-}
-
-// Elements [lo, hi) of a tensor into `out` (contiguous, of the stored type), each stored block they
-// touch (of `blocks`, checksum_blocks' list) read once, whole, and checked against its CRC-32
-// before its part is used. Problems throw BadInput naming file and tensor.
+// Elements [lo, hi) of a tensor into `out` (contiguous, of the stored type), checked (detail::read_checked_into).
 void read_checked_into(hid_t dataset, const std::string& path, const std::string& name,
                        const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi, const at::Tensor& out) {
-  int64_t covered = 0;
-  for (const auto [begin, end, crc] : blocks) {
-    if (end <= lo || begin >= hi) continue;
-    const int64_t from = std::max(lo, begin), to = std::min(hi, end);
-    // A block inside the range is read straight into place; one that sticks out, whole and aside.
-    const bool inside = from == begin && to == end;
-    const at::Tensor block = inside ? out.narrow(0, begin - lo, end - begin) : at::empty({end - begin}, out.dtype());
-    read_elements_into(dataset, begin, end, block);
-    if (crc_of(block) != static_cast<uint32_t>(crc))
-      fatal_all(fmt::format("checkpoint {}: tensor {} is damaged (checksum mismatch in elements {}..{})", path, name,
-                            begin, end));
-    if (!inside) out.narrow(0, from - lo, to - from).copy_(block.narrow(0, from - begin, to - from));
-    covered += to - from;
-  }
-  if (covered < hi - lo)  // the blocks tile the tensor: only a range past its end gets here
-    fatal_all(fmt::format("checkpoint {}: tensor {} has no checksummed block for some of elements {}..{}", path, name,
-                          lo, hi));
-}
-
-// An HDF5 call failing on a checkpoint that opened, its metadata intact, means damage where no
-// checksum reaches (an object header, a link): bad input naming file and tensor, as a checksum
-// mismatch is, not a fault of this rank. (A resume verifies the file first, but a link damaged to
-// point elsewhere hides a tensor from that walk.)
-template <class Read>
-auto read_or_refuse(const std::string& path, const std::string& name, Read&& read) -> decltype(read()) {
-  try {
-    return read();
-  } catch (const Fault& e) {
-    const std::string what = e.what();
-    const size_t reason = what.find(" failed: ");  // past fail_hdf5's "rank 0 on host: file:line: call"
-    fatal_all(fmt::format("checkpoint {}: tensor {} cannot be read ({}): the file is damaged", path, name,
-                          innermost(reason == std::string::npos ? what : what.substr(reason + 9))));
-  }
+  detail::read_checked_into(dataset, path, name, blocks, lo, hi, out.data_ptr(), out.element_size());
 }
 
 void read_checked_into(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi,
@@ -465,7 +295,7 @@ void read_checked_into(hid_t dataset, const std::string& path, const std::string
 
 at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name,
                         const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi) {
-  at::Tensor out = at::empty({hi - lo}, stored_type(dataset));
+  at::Tensor out = at::empty({hi - lo}, stored_element_bytes(dataset) == 1 ? at::kByte : at::kFloat);
   read_checked_into(dataset, path, name, blocks, lo, hi, out);
   return out;
 }
@@ -788,7 +618,8 @@ Written write_pieces(const Layout& layout, const std::atomic<bool>* abandon = nu
       }
     }
     if (!written.error.empty()) break;
-    written.blocks.push_back({piece.dataset, piece.lo, piece.hi, static_cast<int64_t>(crc_of(data))});
+    written.blocks.push_back(
+        {piece.dataset, piece.lo, piece.hi, static_cast<int64_t>(crc_of(bytes, static_cast<size_t>(total)))});
   }
   // The written pages leave the page cache. This run never reads a checkpoint back, so they would
   // only crowd out the dataset's; and the next save gets pages the kernel has just freed, which
@@ -1039,87 +870,7 @@ std::string BackgroundSave::commit() {
 
 // ---- read ----------------------------------------------------------------------------------
 
-Reader::Reader(const std::string& path) : path_(path) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
-  hdf5::quiet();
-  // A file that fails a check is closed here, under the HDF5 lock (as a member it would be closed
-  // after the lock is released, while the prefetch thread may be in HDF5).
-  try {
-    if (!fs::exists(path)) fatal_all(fmt::format("checkpoint {}: no such file", path));
-    if (!hdf5::is_hdf5_file(path)) fatal_all(fmt::format("checkpoint {}: not an HDF5 file (truncated?)", path));
-    file_ = std::make_unique<Hid>(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    if (!file_->valid())  // (truncated or damaged, most often; or a lock HDF5 could not take)
-      fatal_all(fmt::format("checkpoint {}: HDF5 cannot open it: {}", path, innermost(hdf5_error_text())));
-    const std::string text = hdf5::read_string_attribute(*file_, "meta");
-    long long stored_crc = -1;
-    if (!hdf5::read_int_attribute(*file_, "meta_crc32", stored_crc)) stored_crc = -1;
-    if (text.empty() || stored_crc != text_crc(text))
-      fatal_all(fmt::format("checkpoint {}: metadata missing or damaged", path));
-    auto m = parse_lines(text);
-    if (m["format_version"] != std::to_string(kFormatVersion))
-      fatal_all(fmt::format("checkpoint {}: format version {} (this trident reads version {})", path,
-                            m["format_version"], kFormatVersion));
-    // A line its checksum covers yet that reads as no number (a writer's fault, or a hand-edited
-    // file given a fresh checksum) is damage too: bad input, which --resume auto passes over.
-    auto number_line = [&](const char* key, auto parse) {
-      const std::string& text = m[key];
-      size_t used = 0;
-      try {
-        const auto value = parse(text, &used);
-        if (used == text.size()) return value;
-      } catch (const std::exception&) {
-      }
-      fatal_all(fmt::format("checkpoint {}: metadata line '{}' is {}", path, key,
-                            text.empty() ? std::string("missing") : fmt::format("not a number ('{}')", text)));
-    };
-    auto num = [&](const char* key) {
-      return number_line(key, [](const std::string& t, size_t* used) { return std::stoll(t, used); });
-    };
-    auto real = [&](const char* key) {
-      return number_line(key, [](const std::string& t, size_t* used) { return std::stod(t, used); });
-    };
-    auto count = [&](const char* key) {  // a rank count or ZeRO stage, kept as int
-      const int64_t value = num(key);
-      if (value < 0 || value > std::numeric_limits<int>::max())
-        fatal_all(fmt::format("checkpoint {}: metadata line '{}' is out of range ('{}')", path, key, m[key]));
-      return static_cast<int>(value);
-    };
-    meta_.step = num("step");
-    meta_.epoch = num("epoch");
-    meta_.cursor = num("cursor");
-    meta_.optimizer_steps = num("optimizer_steps");
-    meta_.global_batch = num("global_batch");
-    meta_.world = count("world");
-    meta_.dp = count("dp");
-    meta_.pp = count("pp");
-    meta_.zero = count("zero");
-    meta_.trident_version = m["trident_version"];
-    meta_.torch_version = m["torch_version"];
-    if (m.count("loss_scale")) {
-      meta_.loss_scale = real("loss_scale");
-      meta_.loss_scale_good_steps = num("loss_scale_good_steps");
-      meta_.skipped_steps = num("skipped_steps");
-    }
-    if (m.count("epoch_loss_sum")) {
-      meta_.epoch_loss_sum = real("epoch_loss_sum");
-      meta_.epoch_loss_steps = num("epoch_loss_steps");
-    }
-    meta_.deck = hdf5::read_string_attribute(*file_, "deck");
-    // Files of older writers have neither line.
-    if (m.count("deck_crc32") && num("deck_crc32") != text_crc(meta_.deck))
-      fatal_all(fmt::format("checkpoint {}: its deck (attribute 'deck') is damaged: it fails its checksum", path));
-    if (m.count("datasets_crc32")) {
-      const DatasetManifest now = read_or_refuse(path, "/", [&] { return dataset_manifest(*file_); });
-      if (num("datasets_crc32") != now.crc)
-        fatal_all(fmt::format("checkpoint {}: its tensor names are damaged ({} datasets written, {} now; the names "
-                              "fail their checksum)",
-                              path, m["datasets"], now.count));
-    }
-  } catch (...) {
-    file_.reset();
-    throw;
-  }
-}
+Reader::Reader(const std::string& path) : path_(path) { file_ = open_checked(path, meta_); }
 
 Reader::~Reader() {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
@@ -1196,64 +947,6 @@ at::Tensor Reader::read_tensor(const std::string& name) const {
     for (auto d : hdf5::dataset_shape(dataset)) numel *= static_cast<int64_t>(d);
     return read_checked(dataset, path_, name, 0, numel);
   });
-}
-
-std::string verify(const std::string& path, int part, int parts) {
-  try {
-    Reader reader(path);
-    std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
-    Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    int64_t index = 0;  // of the block across the file: blocks are dealt out to the parts in turn
-    for (const auto& name : hdf5::dataset_names(file)) {
-      Hid dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
-      if (!dataset.valid()) return fmt::format("checkpoint {}: tensor {} cannot be opened", path, name);
-      const auto blocks = checksum_blocks(dataset, path, name);  // read once per tensor; throws if bad
-      for (const auto& block : blocks)
-        if (index++ % parts == part) read_checked(dataset, path, name, blocks, block.begin, block.end);
-    }
-  } catch (const BadInput& e) {
-    return e.what();
-  } catch (const Fault& e) {
-    return fmt::format("checkpoint {}: unreadable ({})", path, e.what());
-  }
-  return "";
-}
-
-bool is_checkpoint(const std::string& path) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
-  hdf5::quiet();
-  if (!hdf5::is_hdf5_file(path)) return false;
-  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  return file.valid() && H5Aexists(file, "meta") > 0;
-}
-
-std::string verify_collective(const std::string& path, MPI_Comm comm) {
-  int rank = 0, size = 1;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  return comm::first_error(comm, verify(path, rank, size));
-}
-
-std::string describe(const std::string& path, std::string& problem) {
-  problem = verify(path);
-  std::string out;
-  std::string unlisted;
-  try {
-    out = data::describe_hdf5(path);
-  } catch (const std::runtime_error& e) {  // damaged structure (BadInput, Fault)
-    out = path + "\n(its objects cannot be listed)\n";
-    unlisted = e.what();
-  }
-  // The checksums cover the tensors' bytes, not the headers, group entries and attributes the
-  // listing reads: a file whose tensors verify can still be damaged there, and is not "verified".
-  if (!problem.empty())
-    out += "checksums: FAILED: " + problem + "\n";
-  else if (!unlisted.empty())
-    out += "checksums: its tensors' blocks verify, but its structure is damaged\n";
-  else
-    out += "checksums: every block verified\n";
-  if (problem.empty()) problem = unlisted;
-  return out;
 }
 
 namespace {

@@ -16,33 +16,16 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/file.hpp"
 #include "parallel/plan.hpp"
 
 namespace trident::hdf5 { class Hid; }
 
 namespace trident::checkpoint {
 
-constexpr int kFormatVersion = 1;
-
 // One tensor of the whole model (every stage) and its place in its stage's flat buffer, as
 // the run's layout plan places it (parallel/plan.hpp): what is written and read by.
 using TensorEntry = parallel::PlacedTensor;
-
-struct Meta {
-  int64_t step = 0, epoch = 0, cursor = 0, optimizer_steps = 0, global_batch = 0;
-  int world = 1, dp = 1, pp = 1, zero = 0;
-  std::string deck, trident_version, torch_version;
-  // fp16's dynamic loss scale (0: the run did not scale), good steps since it last changed,
-  // steps skipped so far. Files without these lines (older writers) read as 0.
-  double loss_scale = 0;
-  int64_t loss_scale_good_steps = 0, skipped_steps = 0;
-  // The training loss of the epoch of the last step trained so far: the sum of its steps'
-  // losses (each the mean over the global batch) and their count, so that a run resumed inside
-  // an epoch reports the epoch's train loss as an uninterrupted run does. Files without these
-  // lines (older writers) read as 0: the resumed run's steps alone.
-  double epoch_loss_sum = 0;
-  int64_t epoch_loss_steps = 0;
-};
 
 // What one rank writes: elements [begin, end) of its stage's flat parameter buffer and of each
 // optimizer state buffer, and (one rank per stage) the stage's buffers (batch-norm statistics).
@@ -168,16 +151,6 @@ class Reader {
   Meta meta_;
 };
 
-// Every block of every tensor re-read and checked; "" when the file is sound, else why not.
-// With parts > 1, only the blocks dealt to `part` (blocks are dealt out in turn).
-std::string verify(const std::string& path, int part = 0, int parts = 1);
-// verify() shared out over the ranks of `comm`, each reading 1/size of the blocks; every rank
-// gets the verdict. Collective.
-std::string verify_collective(const std::string& path, MPI_Comm comm);
-// A listing for `trident inspect`: metadata, each tensor with shape and dtype, and the verdict
-// of verify(), which is also returned in `problem` ("" when sound), so the file is read once.
-std::string describe(const std::string& path, std::string& problem);
-bool is_checkpoint(const std::string& path);
 
 // --resume: "never" -> ""; "auto" -> `latest` in `dir` if it verifies, else the newest
 // step_*.h5 there that does, else "" (fresh start) when there is none (bad input when there are

@@ -64,6 +64,24 @@ bool is_own_fault(const std::exception_ptr& error) {
   }
 }
 
+namespace {
+const char* (*g_exception_message)(const std::exception&) = nullptr;
+}  // namespace
+
+void set_exception_message(const char* (*message)(const std::exception&)) { g_exception_message = message; }
+
+std::string fault_text(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Fault& e) {
+    return e.what();
+  } catch (const std::exception& e) {  // c10::Error, std::filesystem_error, std::bad_alloc, ...
+    return who() + ": " + (g_exception_message ? g_exception_message(e) : e.what());
+  } catch (...) {
+    return who() + ": an exception that is not a std::exception";
+  }
+}
+
 void abort_job_for_fault(const std::string& text) {
   std::fprintf(stderr, "trident: fault: %s\n", text.c_str());
   abort_all_ranks(kExitFault);

@@ -15,17 +15,4 @@ inline const char* message_of(const std::exception& e) {
   return e.what();
 }
 
-// What a fault that reaches the top says: a Fault's message names rank and host already.
-inline std::string fault_text(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const Fault& e) {
-    return e.what();
-  } catch (const std::exception& e) {  // c10::Error, std::filesystem_error, std::bad_alloc, ...
-    return who() + ": " + message_of(e);
-  } catch (...) {
-    return who() + ": an exception that is not a std::exception";
-  }
-}
-
 }  // namespace trident

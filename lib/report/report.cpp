@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <cctype>
@@ -21,7 +20,6 @@
 #include <type_traits>
 #include <nlohmann/json.hpp>
 
-#include "comm/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -93,9 +91,9 @@ namespace {
 json summary_json(const Summary& s) {
   json r;
   r["trident_version"] = TRIDENT_VERSION;
-  r["torch_version"] = TORCH_VERSION;
+  r["torch_version"] = s.torch_version;
   r["mpi"] = mpi_library();
-  r["nccl"] = comm::nccl_version().empty() ? json(nullptr) : json(comm::nccl_version());
+  r["nccl"] = s.nccl_version.empty() ? json(nullptr) : json(s.nccl_version);
   r["deck"] = deck_json(s.deck);
   r["layout"] = {{"world", s.layout.world},       {"nodes", s.layout.nodes},
                  {"dp", s.layout.dp},             {"pp", s.layout.pp},

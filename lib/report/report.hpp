@@ -47,6 +47,7 @@ struct StageReport {
 
 struct Summary {
   config::Deck deck;
+  std::string torch_version, nccl_version;  // the LibTorch and NCCL it ran with (NCCL: "" when none)
   Layout layout;
   int64_t steps = 0, epochs = 0, parameters = 0;
   double train_loss = 0, test_loss = 0, test_accuracy = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "comm/backend.hpp"
 #include "comm/cuda_runtime.hpp"
 #include "core/error.hpp"
 #include "model/gpt.hpp"
@@ -66,6 +67,8 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   const auto& topo = *s.conn.topology;
   report::Summary summary;
   summary.deck = deck;
+  summary.torch_version = TORCH_VERSION;
+  summary.nccl_version = comm::nccl_version();
   summary.layout = {s.conn.world.size, s.conn.world.node_count, topo.dp(), topo.pp(), static_cast<int>(deck.parallel.zero),
                     s.conn.dp_comm->backend(), s.conn.device, deck.parallel.schedule, s.stage.plan->micro_batch(), s.stage.plan->accumulation(), s.conn.threads};
   summary.steps = s.stage.total_steps;

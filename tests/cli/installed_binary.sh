@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# installed_binary.sh CMAKE BUILD_DIR TRIDENT: `cmake --install`ed, the binary starts in an empty
-# environment (it finds the libraries it was linked against: a pip LibTorch, CUDA, NCCL in the CUDA
-# flavour, without LD_LIBRARY_PATH), and its RUNPATH, and the build tree's (TRIDENT), name only
-# folders that exist (no empty entry: the loader reads one as the current folder).
+# installed_binary.sh CMAKE BUILD_DIR TRIDENT: `cmake --install`ed, trident and trident-torch start
+# in an empty environment (they find the libraries they were linked against: a pip LibTorch, CUDA,
+# NCCL in the CUDA flavour, without LD_LIBRARY_PATH), trident hands `train` to the trident-torch
+# beside it, and their RUNPATHs, and the build tree's (TRIDENT), name only folders that exist (no
+# empty entry: the loader reads one as the current folder). trident itself needs no LibTorch
+# library, and without trident-torch beside it, `train` is a fault (exit 1) that names the file.
 set -u
 cmake=$1 build=$2 build_binary=$3
 prefix=$(mktemp -d)
@@ -10,7 +12,27 @@ trap 'rm -rf "$prefix"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 "$cmake" --install "$build" --prefix "$prefix" >/dev/null || fail "cmake --install"
 env -i PATH=/usr/bin:/bin "$prefix/bin/trident" --version || fail "the installed binary does not start"
+env -i PATH=/usr/bin:/bin "$prefix/bin/trident" train --help >"$prefix/train_help.txt" 2>&1 ||
+  fail "the installed trident does not run train --help: $(tail -3 "$prefix/train_help.txt")"
+grep -q -- "--help-deck" "$prefix/train_help.txt" ||
+  fail "train --help printed no train options: $(head -3 "$prefix/train_help.txt")"
+env -i PATH=/usr/bin:/bin "$prefix/bin/trident-torch" --version || fail "the installed trident-torch does not start"
 command -v readelf >/dev/null || fail "readelf (binutils) is needed to read the RUNPATH"
+for binary in "$prefix/bin/trident" "$build_binary"; do
+  libraries=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+  echo "NEEDED by $binary: $libraries"
+  case " $libraries" in *" libtorch"* | *" libc10"*) fail "$binary needs LibTorch ($libraries)" ;; esac
+done
+# Without trident-torch beside it: train is a fault naming the missing file; --version still runs.
+mkdir "$prefix/alone"
+cp "$prefix/bin/trident" "$prefix/alone/"
+env -i PATH=/usr/bin:/bin "$prefix/alone/trident" train --help >"$prefix/alone.txt" 2>&1
+rc=$?
+cat "$prefix/alone.txt"
+[ "$rc" = 1 ] || fail "trident without trident-torch: exit code $rc, expected 1"
+grep -q "cannot run $prefix/alone/trident-torch (No such file or directory): train needs it" "$prefix/alone.txt" ||
+  fail "trident without trident-torch: the message does not name the missing file"
+env -i PATH=/usr/bin:/bin "$prefix/alone/trident" --version >/dev/null || fail "trident alone does not start"
 # check_runpath BINARY: every RUNPATH entry an existing folder.
 check_runpath() {
   local runpath
@@ -21,5 +43,7 @@ check_runpath() {
   for d in "${folders[@]}"; do [ -d "$d" ] || fail "RUNPATH folder $d of $1 does not exist"; done
 }
 check_runpath "$prefix/bin/trident"
+check_runpath "$prefix/bin/trident-torch"
 check_runpath "$build_binary"  # what the README runs: build/app/trident
+check_runpath "$(dirname "$build_binary")/trident-torch"
 echo PASS

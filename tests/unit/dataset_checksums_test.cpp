@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/hdf5.hpp"
 #include "data/dataset.hpp"
+#include "data/describe.hpp"
 #include "data/prepare.hpp"
 #include "../tools/flip_byte.hpp"
 #include "scratch_folder.hpp"
