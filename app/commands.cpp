@@ -90,9 +90,9 @@ int train_command(int argc, char** argv) {
   }
 
   // A stop signal from here on, MPI_Init and the deck's checks included, is held until the first
-  // step boundary, which checkpoints and exits 3 (tests/cli/signal_resume.sh sends one here).
+  // step boundary, which checkpoints and exits 3; so is one that came earlier, while LibTorch
+  // loaded, which `trident` kept pending (app/main.cpp; tests/cli/signal_resume.sh sends one).
   train::catch_stop_signals();
-  if (std::getenv("TRIDENT_TEST_SIGNAL_AT_LAUNCH")) std::raise(SIGUSR1);  // tests/cli/signal_resume.sh
   comm::MpiSession mpi(&argc, &argv);
   return guarded(Ranks::train, [&] {
     if (!vm.count("deck")) throw BadInput("train: no deck given (trident train DECK; see --help)");

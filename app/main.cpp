@@ -3,10 +3,13 @@
 // for train, plan, compare and prepare-data it becomes trident-torch, the executable beside it
 // (exec: the same process, with the same arguments and environment, for mpiexec, srun and their
 // signals).
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -27,11 +30,23 @@ std::string trident_torch_path() {
 }
 
 // This process becomes trident-torch with the same arguments; returns only if it cannot (a fault:
-// the installation lacks it), having said so.
-int become_trident_torch(const std::string& command) {
+// the installation lacks it), having said so. For train, the stop signals (SIGUSR1, SIGTERM,
+// SIGINT) stay blocked across the exec, so that one that comes while trident-torch loads LibTorch
+// (0.7 s and more, before its main) waits, pending, until train has its handlers in
+// (train::catch_stop_signals unblocks them) and stops the run after its first step: by default it
+// would end the process, and a preempted job with it, unsaved and not requeued.
+int become_trident_torch(const std::string& command, bool hold_stop_signals) {
   const std::string path = trident_torch_path();
+  sigset_t stop_signals, before;
+  sigemptyset(&stop_signals);
+  for (const int signal : {SIGUSR1, SIGTERM, SIGINT}) sigaddset(&stop_signals, signal);
+  if (hold_stop_signals) {
+    sigprocmask(SIG_BLOCK, &stop_signals, &before);
+    if (std::getenv("TRIDENT_TEST_SIGNAL_AT_LAUNCH")) std::raise(SIGUSR1);  // tests/cli/signal_resume.sh
+  }
   ::execv(path.c_str(), g_argv);
   const int error = errno;
+  if (hold_stop_signals) sigprocmask(SIG_SETMASK, &before, nullptr);
   if (trident::launcher_rank() == 0)
     std::fprintf(stderr,
                  "trident: fault: %s: cannot run %s (%s): %s needs it, installed beside trident (cmake --install puts "
@@ -45,8 +60,9 @@ int run_subcommand(int argc, char** argv) {
   const std::string command = argv[0];
   if (command == "inspect") return inspect_command(argc, argv);
   if (command == "report") return report_command(argc, argv);
-  if (command == "train" || command == "plan" || command == "compare" || command == "prepare-data")
-    return become_trident_torch(command);
+  if (command == "train") return become_trident_torch(command, /*hold_stop_signals=*/true);
+  if (command == "plan" || command == "compare" || command == "prepare-data")
+    return become_trident_torch(command, /*hold_stop_signals=*/false);
   return -1;
 }
 

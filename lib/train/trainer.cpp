@@ -102,9 +102,15 @@ extern "C" void on_stop_signal(int signal) {
 
 void catch_stop_signals() {
   if (g_installed_ds == 0) g_installed_ds = monotonic_deciseconds();  // (installed again after MPI_Init)
-  handle(SIGUSR1, on_stop_signal);
-  handle(SIGTERM, on_stop_signal);
-  handle(SIGINT, on_stop_signal);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (const int signal : {SIGUSR1, SIGTERM, SIGINT}) {
+    handle(signal, on_stop_signal);
+    sigaddset(&stop_signals, signal);
+  }
+  // `trident` blocks them before it becomes trident-torch (app/main.cpp): one that came while
+  // LibTorch loaded is taken here, now that the handler is in.
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 }
 
 namespace {

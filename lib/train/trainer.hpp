@@ -28,7 +28,8 @@ struct Result {
 // stop a run at its next step boundary: it checkpoints and exits 3 (requeue me); a second
 // Ctrl-C a second or more later ends the process at once. trident train installs this before
 // MPI_Init, so a signal during the start-up of a requeued job is held too, not fatal; the
-// Trainer again (after anything MPI set up).
+// Trainer again (after anything MPI set up). It unblocks these signals: `trident` blocks them
+// before it becomes trident-torch, so one that came while LibTorch loaded is taken here.
 void catch_stop_signals();
 
 class Trainer {

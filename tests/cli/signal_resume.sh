@@ -7,7 +7,8 @@
 # signal it receives, but then reports some ranks' exit codes as 0.) The stopped run also saves
 # every 10 steps in the background, its writer slowed (TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS), so
 # that the signal finds a save in flight: the stop commits that one, then saves its own step. A
-# signal before MPI_Init (TRIDENT_TEST_SIGNAL_AT_LAUNCH) stops the run after its first step.
+# signal before MPI_Init (TRIDENT_TEST_SIGNAL_AT_LAUNCH), or a SIGTERM while LibTorch loads, stops
+# the run after its first step.
 # Ctrl-C (SIGINT to mpiexec and the ranks) stops a run the same way; a second one a second later
 # ends a rank at once. A signal during an evaluation of the test split stops it early. A kill
 # during the last evaluation keeps the final checkpoint, and its requeue completes report.json; goodput counts waits for a save's copies once.
@@ -92,7 +93,8 @@ echo "a signal during an evaluation: exit 3 after $took s, step 64 saved, final 
 
 # A signal that comes before MPI_Init (a requeued job preempted again while it starts) is held
 # until the first step boundary: that step is checkpointed and the run exits 3, which the job
-# scripts requeue, instead of dying of the signal (exit 138, not requeued).
+# scripts requeue, instead of dying of the signal (exit 138, not requeued). TRIDENT_TEST_SIGNAL_AT_LAUNCH:
+# `trident` raises SIGUSR1 before it becomes trident-torch, which takes it once its handlers are in.
 set +e
 TRIDENT_TEST_SIGNAL_AT_LAUNCH=1 "$mpiexec" -n 2 "$trident" train /dev/null --set run.output_dir=runs/early "${args[@]}" \
   >early.log 2>&1
@@ -102,6 +104,20 @@ set -e
 grep -q "stopped by a signal after step 1;" early.log || fail "no stop after the first step ($(tail -3 early.log))"
 [ "$(cat runs/early/checkpoints/latest)" = step_0000001.h5 ] || fail "latest does not name step 1"
 echo "signal before MPI_Init: exit 3, step 1 checkpointed"
+# The same for a SIGTERM sent from outside as soon as the process is trident-torch, while it loads
+# LibTorch (before its main: the process ended of it, exit 143, when one executable did both).
+set +e
+"$trident" train /dev/null --set run.output_dir=runs/loading "${args[@]}" >loading.log 2>&1 &
+pid=$!
+for _ in $(seq 20000); do case $(readlink "/proc/$pid/exe" 2>/dev/null) in *trident-torch) break ;; esac; done
+blocked=$(sed -n 's/^SigBlk:\s*//p' "/proc/$pid/status")  # the signals blocked when it was sent
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+set -e
+echo "SIGTERM to trident-torch at start (its blocked signals then: $blocked): exit code $rc"
+[ "$rc" = 3 ] || fail "exit code $rc for a SIGTERM while LibTorch loads, expected 3 ($(tail -3 loading.log))"
+grep -q "stopped by a signal after step 1;" loading.log || fail "no stop after the first step ($(tail -3 loading.log))"
 
 # Ctrl-C in a terminal: SIGINT to the whole process group, mpiexec and the ranks (which then get
 # it a second time from mpiexec, at once). The run stops as for SIGUSR1: checkpoint, ranks exit 3
