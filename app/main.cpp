@@ -20,38 +20,46 @@ namespace {
 
 char** g_argv = nullptr;  // main's, whole: what trident-torch is given
 
-// The executable trident-torch beside this one (both are built into, and installed in, one folder).
-std::string trident_torch_path() {
+// The executable trident-torch beside this one (both are built into, and installed in, one
+// folder); "" when this one's path cannot be read (`error` then says why).
+std::string trident_torch_path(int& error) {
   std::string self(4096, '\0');
   const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size());
-  if (n <= 0 || static_cast<size_t>(n) >= self.size()) return "trident-torch";
+  if (n <= 0 || static_cast<size_t>(n) >= self.size()) {
+    error = n < 0 ? errno : ENAMETOOLONG;
+    return "";
+  }
   self.resize(static_cast<size_t>(n));
   return self.substr(0, self.rfind('/') + 1) + "trident-torch";
 }
 
 // This process becomes trident-torch with the same arguments; returns only if it cannot (a fault:
-// the installation lacks it), having said so. For train, the stop signals (SIGUSR1, SIGTERM,
-// SIGINT) stay blocked across the exec, so that one that comes while trident-torch loads LibTorch
-// (0.7 s and more, before its main) waits, pending, until train has its handlers in
-// (train::catch_stop_signals unblocks them) and stops the run after its first step: by default it
-// would end the process, and a preempted job with it, unsaved and not requeued.
+// the installation lacks it), having said so: on every rank, since it may be one node's file
+// system that lacks it. For train, the stop signals (SIGUSR1, SIGTERM, SIGINT) stay blocked
+// across the exec, so that one that comes while trident-torch loads LibTorch (0.5 s and more,
+// before its main) waits, pending, until train has its handlers in (train::catch_stop_signals
+// unblocks them) and stops the run after its first step: by default it would end the process, and
+// a preempted job with it, unsaved and not requeued. (They stay blocked when the exec fails: the
+// process says why and exits 1, not killed by a signal that came meanwhile.)
 int become_trident_torch(const std::string& command, bool hold_stop_signals) {
-  const std::string path = trident_torch_path();
-  sigset_t stop_signals, before;
-  sigemptyset(&stop_signals);
-  for (const int signal : {SIGUSR1, SIGTERM, SIGINT}) sigaddset(&stop_signals, signal);
-  if (hold_stop_signals) {
-    sigprocmask(SIG_BLOCK, &stop_signals, &before);
-    if (std::getenv("TRIDENT_TEST_SIGNAL_AT_LAUNCH")) std::raise(SIGUSR1);  // tests/cli/signal_resume.sh
+  int error = 0;
+  const std::string path = trident_torch_path(error);
+  if (!path.empty()) {
+    if (hold_stop_signals) {
+      sigset_t stop_signals;
+      sigemptyset(&stop_signals);
+      for (const int signal : {SIGUSR1, SIGTERM, SIGINT}) sigaddset(&stop_signals, signal);
+      sigprocmask(SIG_BLOCK, &stop_signals, nullptr);
+      if (std::getenv("TRIDENT_TEST_SIGNAL_AT_LAUNCH")) std::raise(SIGUSR1);  // tests/cli/signal_resume.sh
+    }
+    ::execv(path.c_str(), g_argv);
+    error = errno;
   }
-  ::execv(path.c_str(), g_argv);
-  const int error = errno;
-  if (hold_stop_signals) sigprocmask(SIG_SETMASK, &before, nullptr);
-  if (trident::launcher_rank() == 0)
-    std::fprintf(stderr,
-                 "trident: fault: %s: cannot run %s (%s): %s needs it, installed beside trident (cmake --install puts "
-                 "both in bin/)\n",
-                 trident::who().c_str(), path.c_str(), std::strerror(error), command.c_str());
+  std::fprintf(stderr,
+               "trident: fault: %s: cannot run %s (%s): %s needs it, installed beside trident (cmake --install puts "
+               "both in bin/)\n",
+               trident::who().c_str(), path.empty() ? "trident-torch beside /proc/self/exe" : path.c_str(),
+               std::strerror(error), command.c_str());
   return trident::kExitFault;
 }
 

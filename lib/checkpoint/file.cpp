@@ -134,6 +134,23 @@ size_t stored_element_bytes(hid_t dataset) {
 
 namespace {
 
+// Bytes to read blocks into, grown as needed and left uninitialised (a block may pass 4 GB, and
+// every byte of it is read over).
+class ScratchBytes {
+ public:
+  unsigned char* at_least(size_t n) {
+    if (n > size_) {
+      data_.reset(new unsigned char[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<unsigned char[]> data_;
+  size_t size_ = 0;
+};
+
 // Elements [lo, hi) into `out` (hi - lo elements of `element_bytes`: float32 or bytes).
 void read_elements_into(hid_t dataset, int64_t lo, int64_t hi, void* out, size_t element_bytes) {
   Hid file_space = select_range(dataset, static_cast<hsize_t>(lo), static_cast<hsize_t>(hi));
@@ -160,7 +177,7 @@ void read_checked_into(hid_t dataset, const std::string& path, const std::string
                        const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi, void* out,
                        size_t element_bytes) {
   auto* const into = static_cast<unsigned char*>(out);
-  std::vector<unsigned char> aside;
+  ScratchBytes aside;
   int64_t covered = 0;
   for (const auto [begin, end, crc] : blocks) {
     if (end <= lo || begin >= hi) continue;
@@ -168,8 +185,8 @@ void read_checked_into(hid_t dataset, const std::string& path, const std::string
     // A block inside the range is read straight into place; one that sticks out, whole and aside.
     const bool inside = from == begin && to == end;
     const auto bytes = static_cast<size_t>(end - begin) * element_bytes;
-    if (!inside) aside.resize(bytes);
-    unsigned char* const block = inside ? into + static_cast<size_t>(begin - lo) * element_bytes : aside.data();
+    unsigned char* const block =
+        inside ? into + static_cast<size_t>(begin - lo) * element_bytes : aside.at_least(bytes);
     read_elements_into(dataset, begin, end, block, element_bytes);
     if (crc_of(block, bytes) != static_cast<uint32_t>(crc))
       fatal_all(fmt::format("checkpoint {}: tensor {} is damaged (checksum mismatch in elements {}..{})", path, name,
@@ -279,16 +296,16 @@ std::string verify(const std::string& path, int part, int parts) {
     Meta meta;
     const std::unique_ptr<Hid> file = open_checked(path, meta);  // its metadata checked first
     int64_t index = 0;  // of the block across the file: blocks are dealt out to the parts in turn
+    ScratchBytes bytes;
     for (const auto& name : hdf5::dataset_names(*file)) {
       Hid dataset(H5Dopen2(*file, name.c_str(), H5P_DEFAULT));
       if (!dataset.valid()) return fmt::format("checkpoint {}: tensor {} cannot be opened", path, name);
       const auto blocks = checksum_blocks(dataset, path, name);  // read once per tensor; throws if bad
       const size_t element_bytes = stored_element_bytes(dataset);
-      std::vector<unsigned char> bytes;
       for (const auto& block : blocks) {
         if (index++ % parts != part) continue;
-        bytes.resize(static_cast<size_t>(block.end - block.begin) * element_bytes);
-        read_checked_into(dataset, path, name, blocks, block.begin, block.end, bytes.data(), element_bytes);
+        read_checked_into(dataset, path, name, blocks, block.begin, block.end,
+                          bytes.at_least(static_cast<size_t>(block.end - block.begin) * element_bytes), element_bytes);
       }
     }
   } catch (const BadInput& e) {

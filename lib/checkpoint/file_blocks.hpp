@@ -66,7 +66,8 @@ auto read_or_refuse(const std::string& path, const std::string& name, Read&& rea
 
 
 // The file opened, its metadata read into `meta` and checked (its checksum, format version, numbers, the deck's and
-// the tensor names' checksums); BadInput naming the file otherwise. Takes hdf5::mutex().
+// the tensor names' checksums); BadInput naming the file otherwise. Takes hdf5::mutex(); the caller closes the
+// file (destroys the handle) holding it too, as every HDF5 call must be (the prefetch thread's among them).
 std::unique_ptr<hdf5::Hid> open_checked(const std::string& path, Meta& meta);
 
 }  // namespace trident::checkpoint::detail

@@ -70,13 +70,14 @@ const char* (*g_exception_message)(const std::exception&) = nullptr;
 
 void set_exception_message(const char* (*message)(const std::exception&)) { g_exception_message = message; }
 
-std::string fault_text(const std::exception_ptr& error) {
+std::string fault_text(const std::exception_ptr& error, const char* (*message)(const std::exception&)) {
+  if (!message) message = g_exception_message;
   try {
     std::rethrow_exception(error);
   } catch (const Fault& e) {
     return e.what();
   } catch (const std::exception& e) {  // c10::Error, std::filesystem_error, std::bad_alloc, ...
-    return who() + ": " + (g_exception_message ? g_exception_message(e) : e.what());
+    return who() + ": " + (message ? message(e) : e.what());
   } catch (...) {
     return who() + ": an exception that is not a std::exception";
   }

@@ -66,10 +66,11 @@ inline int exit_code_for(const std::exception_ptr& error) {
 // the ranks agreed on. Such a fault ends the job (abort_job_for_fault).
 bool is_own_fault(const std::exception_ptr& error);
 // What a fault that reaches the top says: a Fault's message names rank and host already; any
-// other exception is said with who() and its message.
-std::string fault_text(const std::exception_ptr& error);
-// How fault_text words an exception that is not a Fault: what() unless this is set (trident-torch
-// sets LibTorch's message without its C++ stack trace, core/torch_error.hpp).
+// other exception is said with who() and its message: `message`'s, when given, else the one
+// set_exception_message set, else what().
+std::string fault_text(const std::exception_ptr& error, const char* (*message)(const std::exception&) = nullptr);
+// The process's way of wording an exception for fault_text (trident-torch sets LibTorch's message
+// without its C++ stack trace, core/torch_error.hpp's message_of).
 void set_exception_message(const char* (*message)(const std::exception&));
 // Says this rank's fault on stderr ("trident: fault: TEXT"; TEXT names rank and host) and ends
 // every rank of the job (abort_all_ranks).

@@ -864,7 +864,7 @@ Result Trainer::run() {
     // (Rank 0's goodput record is closed above with its figures now; the abort hook would write
     // the last update's.)
     if (s.conn.world.size > 1 && is_own_fault(std::current_exception()))
-      abort_job_for_fault(fault_text(std::current_exception()));
+      abort_job_for_fault(fault_text(std::current_exception(), &message_of));
     throw;
   }
   if (s.goodput) s.goodput->close(kExitOk, goodput_progress(s, run));

@@ -116,6 +116,10 @@ wait "$pid"
 rc=$?
 set -e
 echo "SIGTERM to trident-torch at start (its blocked signals then: $blocked): exit code $rc"
+# SigBlk 0x4202: SIGINT, SIGUSR1 and SIGTERM blocked when it was sent, so before its handlers were
+# in (trident-torch unblocks them there): the signal came while LibTorch loaded.
+[ $((0x${blocked:-0} & 0x4202)) = $((0x4202)) ] ||
+  fail "the SIGTERM was sent with the stop signals unblocked (SigBlk $blocked): not while LibTorch loaded"
 [ "$rc" = 3 ] || fail "exit code $rc for a SIGTERM while LibTorch loads, expected 3 ($(tail -3 loading.log))"
 grep -q "stopped by a signal after step 1;" loading.log || fail "no stop after the first step ($(tail -3 loading.log))"
 
