@@ -1,8 +1,8 @@
 // trident: the command line (README.md "Using it"). inspect, report, --help and --version run in
-// this executable, which does not load LibTorch (0.7 s at every start with Debian's LibTorch 1.13);
-// for train, plan, compare and prepare-data it becomes trident-torch, the executable beside it
-// (exec: the same process, with the same arguments and environment, for mpiexec, srun and their
-// signals).
+// this executable, which does not load LibTorch (half a second at every start with Debian's
+// LibTorch 1.13 on the 2-core VM: benchmarks/command_start.sh); for train, plan, compare and
+// prepare-data it becomes trident-torch, the executable beside it (exec: the same process, with
+// the same arguments and environment, for mpiexec, srun and their signals).
 #include <signal.h>
 #include <unistd.h>
 
