@@ -43,6 +43,8 @@ using namespace detail;
 namespace {
 constexpr int64_t kWritePieceBytes = int64_t{1} << 20;  // the largest single write (see save)
 
+std::string dataset_name(const std::string& group, const std::string& name) { return "/" + group + "/" + name; }
+
 std::string step_file(int64_t step) { return fmt::format("step_{:07d}.h5", step); }
 
 // step_<digits>.h5, a name in its folder (no path).

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -67,8 +68,7 @@ void add_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_
   if (full_begin < full_end) block(full_begin, full_end);
 }
 
-}  // namespace
-
+// Elements [lo, hi) (C order) of a dataset's dataspace, selected (at most 2 x rank hyperslabs).
 Hid select_range(hid_t dataset, hsize_t lo, hsize_t hi) {
   Hid space(HDF5_CHECK(H5Dget_space(dataset)));
   const auto dims = hdf5::dataset_shape(dataset);
@@ -83,12 +83,27 @@ Hid select_range(hid_t dataset, hsize_t lo, hsize_t hi) {
   return space;
 }
 
+// A one-dimensional memory space of n elements (none selected when n is 0).
 Hid memory_space(hsize_t n) {
   const hsize_t dims[1] = {std::max<hsize_t>(n, 1)};
   Hid space(HDF5_CHECK(H5Screate_simple(1, dims, nullptr)));
   if (n == 0) HDF5_CHECK(H5Sselect_none(space));
   return space;
 }
+
+// "key=value" lines, as meta_text writes them.
+std::map<std::string, std::string> parse_lines(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+}  // namespace
 
 long long text_crc(const std::string& text) {
   return static_cast<long long>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
@@ -97,8 +112,6 @@ long long text_crc(const std::string& text) {
 uint32_t crc_of(const void* bytes, size_t size) {  // crc32_z: a rank's piece of a tensor may pass 4 GB
   return static_cast<uint32_t>(crc32_z(0L, static_cast<const Bytef*>(bytes), static_cast<z_size_t>(size)));
 }
-
-std::string dataset_name(const std::string& group, const std::string& name) { return "/" + group + "/" + name; }
 
 std::string meta_text(const Meta& m) {
   return fmt::format(
@@ -114,17 +127,6 @@ DatasetManifest dataset_manifest(hid_t file) {
   auto names = hdf5::dataset_names(file);
   std::sort(names.begin(), names.end());
   return {names.size(), text_crc(fmt::format("{}", fmt::join(names, "\n")))};
-}
-
-std::map<std::string, std::string> parse_lines(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return out;
 }
 
 size_t stored_element_bytes(hid_t dataset) {

@@ -1,12 +1,11 @@
 #pragma once
 // The pieces of a checkpoint file that its writer (checkpoint.cpp) and its readers (file.cpp,
-// checkpoint.cpp's Reader) share: element ranges as HDF5 selections, checksums, the metadata
-// text, and checked reads of a tensor's blocks. Internal to lib/checkpoint; no LibTorch.
+// checkpoint.cpp's Reader) share: checksums, the metadata text, and checked reads of a tensor's
+// blocks. Internal to lib/checkpoint; no LibTorch.
 #include <fmt/format.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,16 +16,10 @@
 
 namespace trident::checkpoint::detail {
 
-// Elements [lo, hi) (C order) of a dataset's dataspace, selected (at most 2 x rank hyperslabs).
-hdf5::Hid select_range(hid_t dataset, hsize_t lo, hsize_t hi);
-// A one-dimensional memory space of n elements (none selected when n is 0).
-hdf5::Hid memory_space(hsize_t n);
 // The metadata attribute's checksum, as written and as verified.
 long long text_crc(const std::string& text);
 uint32_t crc_of(const void* bytes, size_t size);
-std::string dataset_name(const std::string& group, const std::string& name);  // "/group/name"
 std::string meta_text(const Meta& m);
-std::map<std::string, std::string> parse_lines(const std::string& text);  // "key=value" lines
 
 // The file's dataset names: how many, and the CRC-32 of their sorted list. The metadata holds both,
 // since the blocks' checksums cover each tensor's data but not the name it is found under.
