@@ -1,4 +1,3 @@
-#include <fmt/format.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -6,7 +5,6 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
-#include "core/error.hpp"
 #include "model/model.hpp"
 
 namespace trident::model {
@@ -14,16 +12,8 @@ namespace trident::model {
 // The ConvNet of the seeds: two conv(3x3)-BN-ReLU-maxpool(2) blocks (32 and 64 channels) and
 // a linear head. Three layers for a pipeline to cut.
 void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink& emit) {
-  if (input.sample_shape.size() != 3)
-    fatal_all(fmt::format("model.kind = cnn needs image inputs C x H x W; data.path {} has samples of rank {}",
-                          deck.data.path, input.sample_shape.size()));
-  const int64_t channels = input.sample_shape[0];
-  int64_t h = input.sample_shape[1], w = input.sample_shape[2];
-  if (h < 4 || w < 4)  // two 2x2 poolings leave nothing of a smaller image for the head
-    fatal_all(fmt::format("model.kind = cnn pools twice by 2, so it needs images of at least 4x4; data.path {} has "
-                          "{}x{}x{}",
-                          deck.data.path, channels, h, w));
-  int64_t in = channels;
+  check_cnn_input(deck, input);
+  int64_t in = input.sample_shape[0], h = input.sample_shape[1], w = input.sample_shape[2];
   int index = 1;
   for (int64_t out : {32, 64}) {
     torch::nn::Sequential block;
@@ -40,7 +30,6 @@ void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink
   head->push_back("flatten", torch::nn::Flatten());
   head->push_back("linear", torch::nn::Linear(in * h * w, input.classes));
   emit({"head", head, {input.classes}});
-  (void)deck;
 }
 
 }  // namespace trident::model

@@ -1,6 +1,7 @@
 #pragma once
 // A model's layer list as plain data: what the layout plan (parallel/plan.hpp) cuts into
-// stages, places in flat buffers and sizes, without LibTorch (model::describe_layers makes it).
+// stages, places in flat buffers and sizes, without LibTorch (model::describe_model makes it from
+// the deck, model::describe_layers from built layers).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,13 @@ struct LayerInfo {
     for (const auto& p : parameters) n += p.numel();
     return n;
   }
+};
+
+// Shape of one input sample and number of classes, read from the dataset.
+struct InputSpec {
+  std::vector<int64_t> sample_shape;  // e.g. {1, 28, 28}; {seq_len} for tokens
+  int64_t classes = 10;               // the vocabulary for tokens
+  bool tokens = false;                // integer token ids in, one target per position
 };
 
 }  // namespace trident::model

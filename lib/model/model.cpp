@@ -1,7 +1,5 @@
 #include "model/model.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -138,16 +136,6 @@ std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input
   LayerDescriber describe(input);
   std::vector<LayerInfo> layers;
   for (const auto& layer : model->layers()) layers.push_back(describe(layer));
-  return layers;
-}
-
-std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input) {
-  auto generator = at::detail::getDefaultCPUGenerator();
-  const at::Tensor state = generator.get_state();
-  LayerDescriber describe(input);
-  std::vector<LayerInfo> layers;
-  build_each_layer(deck, input, [&](Layer layer) { layers.push_back(describe(layer)); });
-  generator.set_state(state);
   return layers;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/deck.hpp"
+#include "model/describe_model.hpp"
 #include "model/layer_info.hpp"
 
 namespace trident::model {
@@ -21,13 +22,6 @@ struct Layer {
   // needs no forward (of a whole GPT at its sequence length, a minute on the CPU for 1.5 B
   // parameters). Empty: found by a forward.
   std::vector<int64_t> output_shape;
-};
-
-// Shape of one input sample and number of classes, read from the dataset.
-struct InputSpec {
-  std::vector<int64_t> sample_shape;  // e.g. {1, 28, 28}; {seq_len} for tokens
-  int64_t classes = 10;               // the vocabulary for tokens
-  bool tokens = false;                // integer token ids in, one target per position
 };
 
 // Called around each layer's forward: ZeRO-3 gathers a layer's parameters just before it runs
@@ -78,9 +72,6 @@ LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const 
 // floating-point buffers by full name and shape, and one sample's shape leaving it (the
 // builder's, else a forward of two zero samples, evaluation mode, no grad).
 std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input);
-// The same for the model named by model.kind, built layer by layer and never kept: at most one
-// layer in memory (leaves torch's generator as it finds it).
-std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input);
 // Moves the module's buffers (batch-norm statistics) to `device`, leaving its parameters where
 // they are (FlatParams and ZeRO-3 place those).
 void move_buffers(torch::nn::Module& module, torch::Device device);

@@ -135,6 +135,20 @@ void log_cut(const parallel::Plan& plan) {
   }
 }
 
+// The layers built against the plan's, which were described from the deck (model/describe_model.hpp):
+// `built[i]` is layer `indices[i]` of the model (all of it, in order, when `indices` is empty). A
+// difference is trident's fault: the plan's sizes, stages and buffers would not be the model's.
+void check_built_as_described(const std::vector<model::LayerInfo>& built, const std::vector<model::LayerInfo>& described,
+                              const std::vector<int>& indices) {
+  TRIDENT_CHECK(built.size() == (indices.empty() ? described.size() : indices.size()),
+                fmt::format("{} layers built, {} described", built.size(), described.size()));
+  for (size_t i = 0; i < built.size(); ++i) {
+    const size_t at = indices.empty() ? i : static_cast<size_t>(indices[i]);
+    const std::string difference = model::layer_difference(built[i], described.at(at));
+    TRIDENT_CHECK(difference.empty(), "the model built is not the one described from the deck: " + difference);
+  }
+}
+
 }  // namespace
 
 StageParts build_stage(const config::Deck& deck, const Connection& conn) {
@@ -157,8 +171,9 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   st.epochs = st.total_steps / per_epoch + (st.total_steps % per_epoch != 0 ? 1 : 0);  // (no + per_epoch - 1: it overflows)
 
   // The model from the seed, on the CPU (the same initial weights on every device), layer by
-  // layer. The plan cuts its layer list into stages; at pp > 1 the model is built a second time,
-  // keeping only this rank's stage, so no rank holds the whole model. (At pp = 1 the whole model
+  // layer. The plan cuts its layer list into stages; at pp > 1 that list is described from the
+  // deck (model/describe_model.hpp) and the model built once, after the memory check, keeping only
+  // this rank's stage, so no rank holds the whole model. (At pp = 1 the whole model
   // is built before the memory check, which counts it as what the rank holds already: it is, until
   // the flat buffers take its parameters over.) A layer a host cannot allocate at all is bad input
   // on every rank (agreed).
@@ -179,6 +194,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
       whole = agreed(conn, [&] { return model::build(deck, input); });
     }
     layers = model::describe_layers(whole, input);
+    check_built_as_described(layers, model::describe_model(deck, input), {});
   } else {
     layers = agreed(conn, [&] { return model::describe_model(deck, input); });
     if (deck.parallel.balance == "time" && deck.parallel.boundaries.empty())
@@ -197,7 +213,9 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
     st.model = whole;
   } else {
     torch::manual_seed(seed);
-    st.model = agreed(conn, [&] { return model::build_layers(deck, input, st.plan->stage_layer_indices(stage)); });
+    const std::vector<int> kept = st.plan->stage_layer_indices(stage);
+    st.model = agreed(conn, [&] { return model::build_layers(deck, input, kept); });
+    check_built_as_described(model::describe_layers(st.model, input), st.plan->layers(), kept);
   }
   // Every rank of a dp group built the same stage from the seed, unless some nodes' LibTorch
   // draws the numbers differently: compared on the host, before anything is on a device.

@@ -1,7 +1,6 @@
 #include "train/plan_text.hpp"
 
 #include <fmt/format.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -9,7 +8,7 @@
 #include "comm/cuda_runtime.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
-#include "model/model.hpp"
+#include "model/describe_model.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/plan.hpp"
 
@@ -82,7 +81,6 @@ std::string schedule_table(int pp, int micro_batches, int deck_virtual_stages) {
 std::string plan_text(const config::Deck& deck, int world) {
   std::string source;
   const auto input = input_of(deck, source);
-  torch::manual_seed(0);
   const parallel::Plan plan(deck, world, model::describe_model(deck, input), input.sample_shape);
   const int dp = plan.dp(), pp = plan.pp();
 

@@ -6,7 +6,7 @@
 
 #include "config/deck.hpp"
 #include "data/dataset.hpp"
-#include "model/model.hpp"
+#include "model/layer_info.hpp"
 
 namespace trident::train {
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "config/deck.hpp"
 #include "data/dataset.hpp"
@@ -123,23 +124,62 @@ TEST(GptModel, LayerListAndParameterCountMatchTheFormula) {
   EXPECT_EQ(described[1].parameters.front().name.rfind("block1.", 0), 0u);
 }
 
+// The plan (trident plan, and trident train at pp > 1) takes the model's layers, parameters,
+// buffers and output shapes from model::describe_model, which builds nothing: for every model kind
+// and a spread of shapes it must be exactly what describe_layers finds in the built model. (The
+// training checks the same on each run's model; this covers shapes no shipped deck has.)
+TEST(ModelBuilders, TheDescriptionFromTheDeckIsTheBuiltModel) {
+  std::vector<std::pair<config::Deck, model::InputSpec>> cases = every_model_kind();
+  for (const std::string hidden : {"", "5", "300,7"}) {
+    config::Deck mlp = gpt_deck();
+    mlp.model.kind = "mlp";
+    mlp.model.hidden = hidden;
+    for (const model::InputSpec& input : {model::InputSpec{{1, 28, 28}, 10}, model::InputSpec{{7}, 3}})
+      cases.push_back({mlp, input});
+  }
+  config::Deck cnn = gpt_deck();
+  cnn.model.kind = "cnn";
+  for (const model::InputSpec& input : {model::InputSpec{{1, 28, 28}, 10}, model::InputSpec{{2, 4, 5}, 2}})
+    cases.push_back({cnn, input});
+  for (const auto& [layers, d, heads, seq, t, vocab] :
+       std::vector<std::tuple<int, int, int, int, int64_t, int64_t>>{{1, 48, 3, 8, 8, 257}, {2, 64, 8, 32, 20, 7}}) {
+    config::Deck gpt = gpt_deck();
+    gpt.model.layers = layers;
+    gpt.model.d_model = d;
+    gpt.model.heads = heads;
+    gpt.model.seq_len = seq;
+    cases.push_back({gpt, model::InputSpec{{t}, vocab, true}});
+  }
+  for (const auto& [deck, input] : cases) {
+    torch::manual_seed(7);
+    auto whole = model::build(deck, input);
+    const auto built = model::describe_layers(whole, input);
+    const auto described = model::describe_model(deck, input);
+    ASSERT_EQ(described.size(), built.size()) << deck.model.kind;
+    for (size_t l = 0; l < built.size(); ++l) EXPECT_EQ(model::layer_difference(built[l], described[l]), "");
+  }
+  // And the comparison sees a difference: a parameter's shape, a buffer, the output.
+  auto [deck, input] = every_model_kind()[2];  // the cnn: parameters and buffers
+  const auto described = model::describe_model(deck, input);
+  auto changed = described[0];
+  changed.parameters[0].shape[1] += 1;
+  EXPECT_NE(model::layer_difference(changed, described[0]).find("block1.conv.weight [32, 4, 3, 3]"), std::string::npos);
+  changed = described[0];
+  changed.buffers.pop_back();
+  EXPECT_NE(model::layer_difference(changed, described[0]).find("buffers"), std::string::npos);
+  changed = described[2];
+  changed.output_shape = {7};
+  EXPECT_NE(model::layer_difference(changed, described[2]).find("outputs [7]"), std::string::npos);
+}
+
 // A pipeline stage is built alone (no rank holds the whole model): its layers must get exactly
 // the weights and buffers the whole model gives them from the same seed, whichever layers are
-// kept, for every model kind; and the layer list described without keeping the model must be
-// the whole model's.
+// kept, for every model kind.
 TEST(ModelBuilders, AStageBuiltAloneHasTheWholeModelsWeights) {
   for (const auto& [deck, input] : every_model_kind()) {
     torch::manual_seed(7);
     auto whole = model::build(deck, input);
     const auto described = model::describe_layers(whole, input);
-    torch::manual_seed(7);
-    const auto streamed = model::describe_model(deck, input);
-    ASSERT_EQ(streamed.size(), described.size());
-    for (size_t l = 0; l < described.size(); ++l) {
-      EXPECT_EQ(streamed[l].name, described[l].name);
-      EXPECT_EQ(streamed[l].output_shape, described[l].output_shape);
-      EXPECT_EQ(streamed[l].parameter_count(), described[l].parameter_count());
-    }
     const int last = static_cast<int>(described.size()) - 1;
     for (const std::vector<int>& keep : {std::vector<int>{0, 1}, {1, last}, {last}, {0, last}}) {
       torch::manual_seed(7);
@@ -185,8 +225,8 @@ TEST(ModelBuilders, DeclaredOutputShapesAreTheForwardsOnes) {
 // each positive, for every model kind.
 TEST(LayerTiming, OneTimePerLayerOfEveryModelKind) {
   for (const auto& [deck, input] : every_model_kind()) {
-    torch::manual_seed(1);
     const auto layers = model::describe_model(deck, input);
+    torch::manual_seed(1);
     const auto seconds = model::time_layers(deck, input, 2, torch::kCPU, torch::kFloat, 2);
     ASSERT_EQ(seconds.size(), layers.size()) << deck.model.kind;
     for (size_t l = 0; l < seconds.size(); ++l)

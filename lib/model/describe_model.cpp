@@ -1,0 +1,166 @@
+#include "model/describe_model.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
+
+#include <string>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace trident::model {
+
+namespace {
+
+// A layer's list under construction: the names a torch::nn::Sequential of named modules gives
+// its parameters ("<layer>.<module>.<parameter>").
+struct LayerWriter {
+  LayerInfo info;
+  explicit LayerWriter(std::string name) { info.name = std::move(name); }
+  void parameter(const std::string& module, const std::string& name, std::vector<int64_t> shape) {
+    info.parameters.push_back({info.name + "." + module + "." + name, std::move(shape)});
+  }
+  void buffer(const std::string& module, const std::string& name, std::vector<int64_t> shape) {
+    info.buffers.push_back({info.name + "." + module + "." + name, std::move(shape)});
+  }
+  // torch::nn::Linear: weight [out, in], then bias [out] unless it has none.
+  void linear(const std::string& module, int64_t in, int64_t out, bool bias = true) {
+    parameter(module, "weight", {out, in});
+    if (bias) parameter(module, "bias", {out});
+  }
+  // torch::nn::LayerNorm over the last `width` values: weight and bias [width].
+  void layer_norm(const std::string& module, int64_t width) {
+    parameter(module, "weight", {width});
+    parameter(module, "bias", {width});
+  }
+  LayerInfo done(std::vector<int64_t> output_shape) {
+    info.output_shape = std::move(output_shape);
+    return std::move(info);
+  }
+};
+
+// mlp.cpp's build_mlp: flatten, [linear, relu] per hidden width, a linear head.
+std::vector<LayerInfo> describe_mlp(const config::Deck& deck, const InputSpec& input) {
+  int64_t width = 1;
+  for (auto d : input.sample_shape) width *= d;
+  std::vector<LayerInfo> layers;
+  const auto hidden = config::hidden_sizes(deck);
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    LayerWriter layer("fc" + std::to_string(i + 1));
+    layer.linear("linear", width, hidden[i]);
+    layers.push_back(layer.done({hidden[i]}));
+    width = hidden[i];
+  }
+  LayerWriter head("head");
+  head.linear("linear", width, input.classes);
+  layers.push_back(head.done({input.classes}));
+  return layers;
+}
+
+// cnn.cpp's build_cnn: two conv(3x3, no bias)-BN-ReLU-maxpool(2) blocks of 32 and 64 channels,
+// a linear head. BatchNorm's floating-point buffers are its running mean and variance (its
+// count of batches is an integer).
+std::vector<LayerInfo> describe_cnn(const config::Deck& deck, const InputSpec& input) {
+  check_cnn_input(deck, input);
+  int64_t in = input.sample_shape[0], h = input.sample_shape[1], w = input.sample_shape[2];
+  std::vector<LayerInfo> layers;
+  int index = 1;
+  for (int64_t out : {32, 64}) {
+    LayerWriter block("block" + std::to_string(index++));
+    block.parameter("conv", "weight", {out, in, 3, 3});
+    block.parameter("bn", "weight", {out});
+    block.parameter("bn", "bias", {out});
+    block.buffer("bn", "running_mean", {out});
+    block.buffer("bn", "running_var", {out});
+    in = out;
+    h /= 2;
+    w /= 2;
+    layers.push_back(block.done({out, h, w}));
+  }
+  LayerWriter head("head");
+  head.linear("linear", in * h * w, input.classes);
+  layers.push_back(head.done({input.classes}));
+  return layers;
+}
+
+// gpt.cpp's build_gpt: embed (token and position tables), model.layers pre-LN blocks, head
+// (a LayerNorm and an untied linear without bias to the vocabulary).
+std::vector<LayerInfo> describe_gpt(const config::Deck& deck, const InputSpec& input) {
+  const auto& m = deck.model;
+  const int64_t vocab = input.classes, d = m.d_model, t = input.sample_shape.at(0);
+  std::vector<LayerInfo> layers;
+  LayerWriter embed("embed");
+  embed.parameter("embedding", "token.weight", {vocab, d});
+  embed.parameter("embedding", "position.weight", {m.seq_len, d});
+  layers.push_back(embed.done({t, d}));
+  for (int64_t l = 1; l <= m.layers; ++l) {
+    LayerWriter block("block" + std::to_string(l));
+    block.layer_norm("block.attn_norm", d);
+    block.linear("block.qkv", d, 3 * d);
+    block.linear("block.attn_out", d, d);
+    block.layer_norm("block.mlp_norm", d);
+    block.linear("block.mlp_in", d, 4 * d);
+    block.linear("block.mlp_out", 4 * d, d);
+    layers.push_back(block.done({t, d}));
+  }
+  LayerWriter head("head");
+  head.layer_norm("norm", d);
+  head.linear("linear", d, vocab, /*bias=*/false);
+  layers.push_back(head.done({t, vocab}));
+  return layers;
+}
+
+}  // namespace
+
+void check_cnn_input(const config::Deck& deck, const InputSpec& input) {
+  if (input.sample_shape.size() != 3)
+    fatal_all(fmt::format("model.kind = cnn needs image inputs C x H x W; data.path {} has samples of rank {}",
+                          deck.data.path, input.sample_shape.size()));
+  const int64_t channels = input.sample_shape[0], h = input.sample_shape[1], w = input.sample_shape[2];
+  if (h < 4 || w < 4)  // two 2x2 poolings leave nothing of a smaller image for the head
+    fatal_all(fmt::format("model.kind = cnn pools twice by 2, so it needs images of at least 4x4; data.path {} has "
+                          "{}x{}x{}",
+                          deck.data.path, channels, h, w));
+}
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+std::string list_text(const std::vector<NamedShape>& list) {
+  std::string out;
+  for (const auto& p : list) out += (out.empty() ? "" : ", ") + p.name + " " + shape_text(p.shape);
+  return out;
+}
+
+bool same(const std::vector<NamedShape>& a, const std::vector<NamedShape>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != b[i].name || a[i].shape != b[i].shape) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string layer_difference(const LayerInfo& built, const LayerInfo& described) {
+  if (built.name != described.name) return fmt::format("layer '{}' built where '{}' was described", built.name, described.name);
+  if (!same(built.parameters, described.parameters))
+    return fmt::format("layer '{}' has parameters {} but was described with {}", built.name, list_text(built.parameters),
+                       list_text(described.parameters));
+  if (!same(built.buffers, described.buffers))
+    return fmt::format("layer '{}' has buffers {} but was described with {}", built.name, list_text(built.buffers),
+                       list_text(described.buffers));
+  if (built.output_shape != described.output_shape)
+    return fmt::format("layer '{}' outputs {} per sample but was described with {}", built.name,
+                       shape_text(built.output_shape), shape_text(described.output_shape));
+  return "";
+}
+
+std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input) {
+  if (deck.model.kind == "mlp") return describe_mlp(deck, input);
+  if (deck.model.kind == "cnn") return describe_cnn(deck, input);
+  if (deck.model.kind == "gpt") return describe_gpt(deck, input);
+  fatal_all("model.kind: unknown model '" + deck.model.kind + "'");
+}
+
+}  // namespace trident::model

@@ -1,0 +1,29 @@
+#pragma once
+// The deck's model as plain data, computed from the deck and the input's shape: every layer's
+// parameters and floating-point buffers by full name and shape, and one sample's shape leaving
+// it, as the builders in mlp.cpp, cnn.cpp and gpt.cpp make them, without building anything. The
+// plan (`trident plan`, and `trident train` at parallel.pp > 1, before a rank builds its stage)
+// needs it: building a model to count its parameters draws every weight (16 s and 0.9 GB for a
+// 1.6 B-parameter GPT on the 2-core VM), and at pp > 1 every rank did that once more than the
+// stage it keeps. No LibTorch here. The training checks what it built against this
+// (train/build_stage.cpp), and tests/unit/describe_model_test.cpp compares the two for each kind.
+#include <string>
+#include <vector>
+
+#include "config/deck.hpp"
+#include "model/layer_info.hpp"
+
+namespace trident::model {
+
+// The model named by model.kind. Bad input (exit 2 on every rank) where its builder would refuse
+// the input: a cnn on samples that are not C x H x W images of at least 4x4.
+std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input);
+
+// "" when `built` (describe_layers of a built layer) is the layer `described`; else what differs,
+// for a fault: the description and the builder have drifted apart.
+std::string layer_difference(const LayerInfo& built, const LayerInfo& described);
+
+// The cnn's refusal of an input it cannot take, shared with its builder.
+void check_cnn_input(const config::Deck& deck, const InputSpec& input);
+
+}  // namespace trident::model
