@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Host memory at start-up against the pipeline depth: a GPT trained 1 step at pp 1, 2 and 4
-# (one rank per stage). Each rank builds only its stage (the layers it does not keep are built
-# layer by layer to draw the same random numbers, and dropped), so its start-up peak follows the
-# stage, not the whole model. On GPU nodes this is most of what a run needs of the host: 8 ranks a
-# node each holding the whole model would need 8 whole fp32 copies at start-up.
+# Host memory and time at start-up against the pipeline depth: a GPT trained 1 step at pp 1, 2 and
+# 4 (one rank per stage). Each rank makes only its stage's layers (each layer's weights are drawn
+# from a seed of its own), so its start-up peak and time follow the stage, not the whole model. On
+# GPU nodes this is most of what a run needs of the host: 8 ranks a node each holding the whole
+# model would need 8 whole fp32 copies at start-up.
 #
 # Printed per pp: the whole model's and the largest stage's fp32 parameters (trident plan), the
 # start-up peak (report.json memory.startup_peak_bytes: max over ranks, once the stage is built
 # and placed), the run's peak, and the reference a rank would need holding the whole model: the
-# libraries' own footprint (the start-up peak of a 1-layer, d_model 64 GPT) + the whole model.
+# libraries' own footprint (the start-up peak of a 1-layer, d_model 64 GPT) + the whole model;
+# and the start-up time (goodput.jsonl startup_s: from trident's start to its first step).
 #   benchmarks/startup_memory.sh [BUILD_DIR]   LAYERS=8 D_MODEL=1024 PPS="1 2 4"
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "${1:-}"
@@ -26,7 +27,8 @@ libraries=$(field runs/libraries/report.json startup_peak_bytes)
 
 printf 'GPT %s layers, d_model %s, one rank per stage; libraries alone: %s MiB at start-up\n' "$layers" "$d_model" \
   "$(mib "$libraries")"
-printf '%4s %12s %12s %16s %12s %24s\n' pp "whole MiB" "stage MiB" "start-up peak" "run peak" "libraries + whole model"
+printf '%4s %12s %12s %16s %12s %24s %12s\n' pp "whole MiB" "stage MiB" "start-up peak" "run peak" \
+  "libraries + whole model" "start-up s"
 rows=""
 for pp in ${PPS:-1 2 4}; do
   args=("${common[@]}" --set model.layers="$layers" --set model.d_model="$d_model" --set parallel.pp="$pp")
@@ -38,9 +40,11 @@ for pp in ${PPS:-1 2 4}; do
     { tail -5 pp$pp.log; exit 1; }
   startup=$(field runs/pp$pp/report.json startup_peak_bytes)
   peak=$(field runs/pp$pp/report.json peak_bytes)
-  printf '%4s %12s %12s %16s %12s %24s\n' "$pp" "$(mib "$whole")" "$(mib "$stage")" "$(mib "$startup")" \
-    "$(mib "$peak")" "$(mib $((libraries + whole)))"
-  rows+="${rows:+, }{\"pp\": $pp, \"whole_model_bytes\": $whole, \"largest_stage_bytes\": $stage, \"startup_peak_bytes\": $startup, \"peak_bytes\": $peak, \"libraries_plus_whole_bytes\": $((libraries + whole))}"
+  startup_s=$(python3 -c 'import json, sys; print("%.2f" % json.loads(open(sys.argv[1]).readline())["startup_s"])' \
+    runs/pp$pp/goodput.jsonl)
+  printf '%4s %12s %12s %16s %12s %24s %12s\n' "$pp" "$(mib "$whole")" "$(mib "$stage")" "$(mib "$startup")" \
+    "$(mib "$peak")" "$(mib $((libraries + whole)))" "$startup_s"
+  rows+="${rows:+, }{\"pp\": $pp, \"whole_model_bytes\": $whole, \"largest_stage_bytes\": $stage, \"startup_peak_bytes\": $startup, \"peak_bytes\": $peak, \"libraries_plus_whole_bytes\": $((libraries + whole)), \"startup_s\": $startup_s}"
 done
 printf '{ "model": "gpt layers %s d_model %s", "libraries_startup_bytes": %s, "runs": [%s] }\n' \
   "$layers" "$d_model" "$libraries" "$rows" >"$out/startup_memory.json"

@@ -16,20 +16,24 @@ void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink
   int64_t in = input.sample_shape[0], h = input.sample_shape[1], w = input.sample_shape[2];
   int index = 1;
   for (int64_t out : {32, 64}) {
-    torch::nn::Sequential block;
-    block->push_back("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
-    block->push_back("bn", torch::nn::BatchNorm2d(out));
-    block->push_back("relu", torch::nn::ReLU());
-    block->push_back("pool", torch::nn::MaxPool2d(2));
-    in = out;
     h /= 2;  // the pooling's floor
     w /= 2;
-    emit({"block" + std::to_string(index++), block, {out, h, w}});
+    emit("block" + std::to_string(index++), {out, h, w}, [&] {
+      torch::nn::Sequential block;
+      block->push_back("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
+      block->push_back("bn", torch::nn::BatchNorm2d(out));
+      block->push_back("relu", torch::nn::ReLU());
+      block->push_back("pool", torch::nn::MaxPool2d(2));
+      return block;
+    });
+    in = out;
   }
-  torch::nn::Sequential head;
-  head->push_back("flatten", torch::nn::Flatten());
-  head->push_back("linear", torch::nn::Linear(in * h * w, input.classes));
-  emit({"head", head, {input.classes}});
+  emit("head", {input.classes}, [&] {
+    torch::nn::Sequential head;
+    head->push_back("flatten", torch::nn::Flatten());
+    head->push_back("linear", torch::nn::Linear(in * h * w, input.classes));
+    return head;
+  });
 }
 
 }  // namespace trident::model

@@ -156,11 +156,40 @@ std::string layer_difference(const LayerInfo& built, const LayerInfo& described)
   return "";
 }
 
+std::string model_size_keys(const config::Deck& deck, const InputSpec& input) {
+  if (deck.model.kind == "gpt")
+    return fmt::format("model.vocab = {}{}, model.d_model = {}, model.layers = {}", input.classes,
+                       deck.model.vocab == 0 ? " (the dataset's)" : "", deck.model.d_model, deck.model.layers);
+  if (deck.model.kind == "mlp") return "model.hidden = " + deck.model.hidden;
+  return "model.kind = " + deck.model.kind;
+}
+
 std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input) {
-  if (deck.model.kind == "mlp") return describe_mlp(deck, input);
-  if (deck.model.kind == "cnn") return describe_cnn(deck, input);
-  if (deck.model.kind == "gpt") return describe_gpt(deck, input);
-  fatal_all("model.kind: unknown model '" + deck.model.kind + "'");
+  std::vector<LayerInfo> layers;
+  if (deck.model.kind == "mlp") {
+    layers = describe_mlp(deck, input);
+  } else if (deck.model.kind == "cnn") {
+    layers = describe_cnn(deck, input);
+  } else if (deck.model.kind == "gpt") {
+    layers = describe_gpt(deck, input);
+  } else {
+    fatal_all("model.kind: unknown model '" + deck.model.kind + "'");
+  }
+  // The plan sums elements and bytes in int64 (NamedShape::numel): a model past that (model.hidden
+  // = 3037000500,3037000500) is refused here, as LibTorch refused to allocate it when the plan built it.
+  int64_t total = 0;
+  for (const auto& layer : layers)
+    for (const auto& p : layer.parameters) {
+      int64_t elements = 1;
+      bool overflow = false;
+      for (int64_t d : p.shape) overflow = overflow || __builtin_mul_overflow(elements, d, &elements);
+      overflow = overflow || __builtin_mul_overflow(elements, int64_t{16}, &elements) ||  // its bytes with AdamW's
+                 __builtin_add_overflow(total, elements, &total);
+      if (overflow)
+        fatal_all(fmt::format("the model ({}) is too large: its parameters' bytes pass 2^63 at {}",
+                              model_size_keys(deck, input), p.name));
+    }
+  return layers;
 }
 
 }  // namespace trident::model

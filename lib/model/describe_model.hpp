@@ -3,10 +3,11 @@
 // parameters and floating-point buffers by full name and shape, and one sample's shape leaving
 // it, as the builders in mlp.cpp, cnn.cpp and gpt.cpp make them, without building anything. The
 // plan (`trident plan`, and `trident train` at parallel.pp > 1, before a rank builds its stage)
-// needs it: building a model to count its parameters draws every weight (16 s and 0.9 GB for a
+// needs it: building a model to count its parameters draws every weight (19 s and 0.8 GB for a
 // 1.6 B-parameter GPT on the 2-core VM), and at pp > 1 every rank did that once more than the
 // stage it keeps. No LibTorch here. The training checks what it built against this
-// (train/build_stage.cpp), and tests/unit/describe_model_test.cpp compares the two for each kind.
+// (train/build_stage.cpp), and ModelBuilders.TheDescriptionFromTheDeckIsTheBuiltModel
+// (tests/unit/gpt_model_test.cpp) compares the two for each kind over a spread of shapes.
 #include <string>
 #include <vector>
 
@@ -16,8 +17,12 @@
 namespace trident::model {
 
 // The model named by model.kind. Bad input (exit 2 on every rank) where its builder would refuse
-// the input: a cnn on samples that are not C x H x W images of at least 4x4.
+// the input (a cnn on samples that are not C x H x W images of at least 4x4), and where its
+// parameters number more than an int64 holds (no host could build it).
 std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input);
+
+// The deck keys that size the model, for a message ("model.hidden = 300,7").
+std::string model_size_keys(const config::Deck& deck, const InputSpec& input);
 
 // "" when `built` (describe_layers of a built layer) is the layer `described`; else what differs,
 // for a fault: the description and the builder have drifted apart.

@@ -442,10 +442,10 @@ void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink
   const int64_t vocab = input.classes, d = m.d_model;
   // GPT-2's initialisation: N(0, 0.02) weights, zero biases, and the projections that add into
   // the residual stream scaled by 1/sqrt(2L) so its variance does not grow with depth. Each
-  // layer is initialised as soon as it is built, before the next draws its numbers.
+  // layer is initialised as it is made, from the generator seeded for it (model.hpp).
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
   const int64_t t = input.sample_shape.at(0);
-  const auto initialised = [&](std::string name, torch::nn::Sequential module, std::vector<int64_t> output_shape) {
+  const auto initialised = [&](torch::nn::Sequential module) {
     torch::NoGradGuard no_grad;
     for (const auto& p : module->named_parameters()) {
       const auto& key = p.key();
@@ -457,20 +457,26 @@ void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink
         p.value().normal_(0.0, residual ? residual_std : 0.02);
       }
     }
-    return Layer{std::move(name), std::move(module), std::move(output_shape)};
+    return module;
   };
-  torch::nn::Sequential embed;
-  embed->push_back("embedding", Embedding(vocab, m.seq_len, d));
-  emit(initialised("embed", embed, {t, d}));
+  emit("embed", {t, d}, [&] {
+    torch::nn::Sequential embed;
+    embed->push_back("embedding", Embedding(vocab, m.seq_len, d));
+    return initialised(embed);
+  });
   for (int64_t l = 1; l <= m.layers; ++l) {
-    torch::nn::Sequential block;
-    block->push_back("block", Block(d, m.heads));
-    emit(initialised("block" + std::to_string(l), block, {t, d}));
+    emit("block" + std::to_string(l), {t, d}, [&] {
+      torch::nn::Sequential block;
+      block->push_back("block", Block(d, m.heads));
+      return initialised(block);
+    });
   }
-  torch::nn::Sequential head;
-  head->push_back("norm", MixedLayerNorm(d));
-  head->push_back("linear", torch::nn::Linear(torch::nn::LinearOptions(d, vocab).bias(false)));
-  emit(initialised("head", head, {t, vocab}));
+  emit("head", {t, vocab}, [&] {
+    torch::nn::Sequential head;
+    head->push_back("norm", MixedLayerNorm(d));
+    head->push_back("linear", torch::nn::Linear(torch::nn::LinearOptions(d, vocab).bias(false)));
+    return initialised(head);
+  });
 }
 
 }  // namespace trident::model

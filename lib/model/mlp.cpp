@@ -13,17 +13,21 @@ void build_mlp(const config::Deck& deck, const InputSpec& input, const LayerSink
   for (auto d : input.sample_shape) width *= d;
   const auto hidden = config::hidden_sizes(deck);
   for (size_t i = 0; i < hidden.size(); ++i) {
-    torch::nn::Sequential block;
-    if (i == 0) block->push_back("flatten", torch::nn::Flatten());
-    block->push_back("linear", torch::nn::Linear(width, hidden[i]));
-    block->push_back("relu", torch::nn::ReLU());
-    emit({"fc" + std::to_string(i + 1), block, {hidden[i]}});
+    emit("fc" + std::to_string(i + 1), {hidden[i]}, [&] {
+      torch::nn::Sequential block;
+      if (i == 0) block->push_back("flatten", torch::nn::Flatten());
+      block->push_back("linear", torch::nn::Linear(width, hidden[i]));
+      block->push_back("relu", torch::nn::ReLU());
+      return block;
+    });
     width = hidden[i];
   }
-  torch::nn::Sequential head;
-  if (hidden.empty()) head->push_back("flatten", torch::nn::Flatten());
-  head->push_back("linear", torch::nn::Linear(width, input.classes));
-  emit({"head", head, {input.classes}});
+  emit("head", {input.classes}, [&] {
+    torch::nn::Sequential head;
+    if (hidden.empty()) head->push_back("flatten", torch::nn::Flatten());
+    head->push_back("linear", torch::nn::Linear(width, input.classes));
+    return head;
+  });
 }
 
 }  // namespace trident::model

@@ -1,8 +1,10 @@
 #include "model/model.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <mutex>
 #include <new>
 
 #include "core/error.hpp"
@@ -34,48 +36,84 @@ std::shared_ptr<LayerStackImpl> LayerStackImpl::slice(size_t begin, size_t end) 
   return part;
 }
 
-const std::map<std::string, Builder>& registry() {
-  static const std::map<std::string, Builder> builders{{"mlp", build_mlp}, {"cnn", build_cnn}, {"gpt", build_gpt}};
-  return builders;
-}
-
 namespace {
 
 const Builder& builder_of(const config::Deck& deck) {
-  const auto it = registry().find(deck.model.kind);
-  if (it == registry().end()) fatal_all("model.kind: unknown model '" + deck.model.kind + "'");
+  static const std::map<std::string, Builder> builders{{"mlp", build_mlp}, {"cnn", build_cnn}, {"gpt", build_gpt}};
+  const auto it = builders.find(deck.model.kind);
+  if (it == builders.end()) fatal_all("model.kind: unknown model '" + deck.model.kind + "'");
   return it->second;
 }
 
-// The deck keys that size the model, for a message.
-std::string size_keys(const config::Deck& deck, const InputSpec& input) {
-  if (deck.model.kind == "gpt")
-    return fmt::format("model.vocab = {}{}, model.d_model = {}, model.layers = {}", input.classes,
-                       deck.model.vocab == 0 ? " (the dataset's)" : "", deck.model.d_model, deck.model.layers);
-  if (deck.model.kind == "mlp") return "model.hidden = " + deck.model.hidden;
-  return "model.kind = " + deck.model.kind;
+// Layer l's seed: splitmix64's finaliser of the model's draw and l, so that neighbouring layers'
+// seeds share no pattern mt19937's seeding could carry over.
+uint64_t layer_seed(uint64_t model_draw, size_t layer) {
+  uint64_t z = model_draw + 0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(layer) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
 }
 
-// Builds the deck's model layer by layer into `sink`. A layer this host cannot allocate at all
-// (model.vocab = 2000000000 asks LibTorch for a 1 TB embedding) is bad input naming the keys
-// that size it, not a fault with the allocator's message.
-void build_each_layer(const config::Deck& deck, const InputSpec& input, const LayerSink& sink) {
-  const Builder& builder = builder_of(deck);
-  size_t built = 0;
-  try {
-    builder(deck, input, [&](Layer layer) {
-      ++built;
-      sink(std::move(layer));
-    });
-  } catch (const std::exception& e) {
-    std::string reason = message_of(e);
-    const bool allocation = dynamic_cast<const std::bad_alloc*>(&e) || reason.find("can't allocate memory") != std::string::npos;
-    if (!allocation) throw;
-    if (const auto at = reason.find("DefaultCPUAllocator"); at != std::string::npos) reason = reason.substr(at);
-    fatal_all(fmt::format("the model ({}) is too large to build: layer {} could not be allocated on {} ({})",
-                          size_keys(deck, input), built + 1, who(), reason));
+}  // namespace
+
+// Puts torch's default CPU generator back as it was when made, also when a layer fails.
+class GeneratorRestore {
+ public:
+  explicit GeneratorRestore(at::Generator generator) : generator_(std::move(generator)) {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    state_ = generator_.get_state();
   }
+  ~GeneratorRestore() {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(state_);
+  }
+  GeneratorRestore(const GeneratorRestore&) = delete;
+  GeneratorRestore& operator=(const GeneratorRestore&) = delete;
+
+ private:
+  at::Generator generator_;
+  at::Tensor state_;
+};
+
+void build_each_layer(const config::Deck& deck, const InputSpec& input, const std::function<bool(size_t)>& keep,
+                      const std::function<void(Layer)>& sink) {
+  const Builder& builder = builder_of(deck);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  uint64_t model_draw = 0;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    model_draw = at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
+  }
+  const GeneratorRestore restore(generator);
+  size_t index = 0;
+  builder(deck, input, [&](const std::string& name, std::vector<int64_t> output_shape, const LayerMaker& make) {
+    const size_t layer = index++;
+    if (!keep(layer)) return;
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_current_seed(layer_seed(model_draw, layer));
+    }
+    torch::nn::Sequential module{nullptr};
+    try {
+      module = make();
+    } catch (const std::exception& e) {
+      // A layer this host cannot allocate at all (model.vocab = 2000000000 asks LibTorch for a
+      // 1 TB embedding) is bad input naming the keys that size it, not a fault with the
+      // allocator's message. (Only the making: what the sink does with the layer, such as
+      // timing it, fails as itself.)
+      std::string reason = message_of(e);
+      const bool allocation =
+          dynamic_cast<const std::bad_alloc*>(&e) || reason.find("can't allocate memory") != std::string::npos;
+      if (!allocation) throw;
+      if (const auto at = reason.find("DefaultCPUAllocator"); at != std::string::npos) reason = reason.substr(at);
+      fatal_all(fmt::format("the model ({}) is too large to build: layer {} could not be allocated on {} ({})",
+                            model_size_keys(deck, input), layer + 1, who(), reason));
+    }
+    sink(Layer{name, std::move(module), std::move(output_shape)});
+  });
 }
+
+namespace {
 
 // Describes layers in model order. A layer whose builder gave no output shape is run forward
 // on two zero samples of the shape leaving the previous one.
@@ -117,17 +155,16 @@ class LayerDescriber {
 
 LayerStack build(const config::Deck& deck, const InputSpec& input) {
   std::vector<Layer> layers;
-  build_each_layer(deck, input, [&](Layer layer) { layers.push_back(std::move(layer)); });
+  build_each_layer(deck, input, [](size_t) { return true; }, [&](Layer layer) { layers.push_back(std::move(layer)); });
   return LayerStack(std::move(layers));
 }
 
 LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep) {
   TRIDENT_CHECK(std::is_sorted(keep.begin(), keep.end()), "build_layers: the layers to keep must be in model order");
   std::vector<Layer> layers;
-  int index = 0;
-  build_each_layer(deck, input, [&](Layer layer) {
-    if (std::binary_search(keep.begin(), keep.end(), index++)) layers.push_back(std::move(layer));
-  });
+  build_each_layer(
+      deck, input, [&](size_t layer) { return std::binary_search(keep.begin(), keep.end(), static_cast<int>(layer)); },
+      [&](Layer layer) { layers.push_back(std::move(layer)); });
   TRIDENT_CHECK(layers.size() == keep.size(), "build_layers: a layer to keep is past the model's last");
   return LayerStack(std::move(layers));
 }

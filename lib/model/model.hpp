@@ -54,18 +54,28 @@ TORCH_MODULE(LayerStack);
 
 inline LayerStack slice(const LayerStack& stack, size_t begin, size_t end) { return LayerStack(stack->slice(begin, end)); }
 
-// A model's layers are built one after another, each initialised from torch's generator and
-// handed to `emit` at once: a layer the caller does not keep is freed before the next is built,
-// so no rank needs the whole model in memory to hold its stage. The random numbers a layer
-// draws do not depend on which layers are kept.
-using LayerSink = std::function<void(Layer)>;
+// A builder hands its model's layers over one after another, in model order, each as its name,
+// one sample's shape leaving it, and a function that makes it (constructs the module and draws its
+// initial weights from torch's default generator). The caller makes only the layers it keeps, each
+// from a generator seeded for that layer alone (build_each_layer): a layer's weights do not depend
+// on which other layers are made, so a pipeline stage is built without drawing the rest of the
+// model's weights, and no rank needs the whole model in memory (or the time to initialise it) to
+// hold its stage.
+using LayerMaker = std::function<torch::nn::Sequential()>;
+using LayerSink = std::function<void(const std::string& name, std::vector<int64_t> output_shape, const LayerMaker& make)>;
 using Builder = std::function<void(const config::Deck&, const InputSpec&, const LayerSink& emit)>;
-const std::map<std::string, Builder>& registry();
 
+// The layers of the model named by model.kind for which `keep(index)` holds, made one by one and
+// handed to `sink` at once (a layer the caller does not hold is freed before the next is made).
+// Layer l is initialised from torch's default CPU generator seeded with a number mixed from l and
+// one draw of that generator made first; the generator is left as that draw left it (also when
+// a layer fails). A layer the host cannot allocate is bad input naming the deck keys that size it.
+void build_each_layer(const config::Deck& deck, const InputSpec& input, const std::function<bool(size_t)>& keep,
+                      const std::function<void(Layer)>& sink);
 // The model named by model.kind, initialised from torch's generator (seed it first).
 LayerStack build(const config::Deck& deck, const InputSpec& input);
 // Only its layers `keep` (ascending indices), with the weights build() would give them from the
-// same seed; the others are built (they draw the same random numbers) and dropped one by one.
+// same seed; the others are not made.
 LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep);
 
 // The layer list as plain data (model/layer_info.hpp): each layer's parameters and

@@ -141,7 +141,8 @@ void log_cut(const parallel::Plan& plan) {
 void check_built_as_described(const std::vector<model::LayerInfo>& built, const std::vector<model::LayerInfo>& described,
                               const std::vector<int>& indices) {
   TRIDENT_CHECK(built.size() == (indices.empty() ? described.size() : indices.size()),
-                fmt::format("{} layers built, {} described", built.size(), described.size()));
+                fmt::format("{} layers built where {} were expected", built.size(),
+                            indices.empty() ? described.size() : indices.size()));
   for (size_t i = 0; i < built.size(); ++i) {
     const size_t at = indices.empty() ? i : static_cast<size_t>(indices[i]);
     const std::string difference = model::layer_difference(built[i], described.at(at));
@@ -172,8 +173,9 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
 
   // The model from the seed, on the CPU (the same initial weights on every device), layer by
   // layer. The plan cuts its layer list into stages; at pp > 1 that list is described from the
-  // deck (model/describe_model.hpp) and the model built once, after the memory check, keeping only
-  // this rank's stage, so no rank holds the whole model. (At pp = 1 the whole model
+  // deck (model/describe_model.hpp) and, after the memory check, only this rank's stage is made
+  // (each layer's weights drawn from a seed of its own, model.hpp), so no rank holds, or spends
+  // the time to initialise, the whole model. (At pp = 1 the whole model
   // is built before the memory check, which counts it as what the rank holds already: it is, until
   // the flat buffers take its parameters over.) A layer a host cannot allocate at all is bad input
   // on every rank (agreed).
@@ -247,7 +249,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
                                                 /*params_on_host=*/partitioned);
   st.grad_sync = parallel::make_grad_sync(deck, *st.flat, st.model, *conn.dp_comm);
   model::move_buffers(*st.model, conn.torch_device);
-  release_free_heap();  // the layers built and dropped
+  release_free_heap();  // the parameters the flat buffer copied (and the balance = time layers timed)
   st.optimizer = optim::make_optimizer(deck, /*fused=*/!forced_step_decisions().empty());
   st.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, st.total_steps};
   st.pipeline->set_compute(optim::compute_type(deck.optim.precision), conn.torch_device);

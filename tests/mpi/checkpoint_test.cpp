@@ -144,11 +144,11 @@ static void expect_one_rank_reads_back(const config::Deck& deck, config::Deck wr
     ASSERT_EQ(params.size(), reference.params.size());
     Trained as_loaded;
     as_loaded.params = params;
-    EXPECT_LE(max_relative_difference(as_loaded, reference), 1e-6) << tag;
+    EXPECT_LE(max_relative_difference(as_loaded, reference), kLayoutTolerance) << tag;
   }
   const auto continued = run_in(deck, MPI_COMM_SELF, dir_for(tag + "_continued", MPI_COMM_SELF), file);
   EXPECT_EQ(continued.result.first_step, 3);
-  EXPECT_LE(max_relative_difference(continued, uninterrupted), 1e-6) << tag;
+  EXPECT_LE(max_relative_difference(continued, uninterrupted), kLayoutTolerance) << tag;
 }
 
 // Written by dp = world with ZeRO-3 (and pp = 2 when the ranks allow).

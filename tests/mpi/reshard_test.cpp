@@ -5,8 +5,9 @@
 //     own (full_parameters / full_optimizer_state after run(), each rank its stage);
 //   - loaded == saved, exactly: right after construction from the file, before run(), the
 //     reader's parameters and optimizer state are the file's;
-//   - the trajectory: after the leg, parameters and optimizer state, and the losses it logged,
-//     are within 1e-6 (relative) of one rank training the same global batch uninterrupted.
+//   - the trajectory: after the leg, parameters and optimizer state are within kLayoutTolerance
+//     (relative, train_helpers.hpp), and the losses it logged within 1e-6, of one rank training the
+//     same global batch uninterrupted.
 // A layout of n ranks runs on world ranks [0, n); the others wait (without spinning).
 #include <algorithm>
 #include <chrono>
@@ -98,8 +99,8 @@ double max_relative(const Named& a, const Named& reference) {
 
 void expect_on_trajectory(const Snapshot& got, const Snapshot& ref, int64_t from_step, int64_t steps,
                           const std::string& what) {
-  EXPECT_LE(max_relative(got.params, ref.params), 1e-6) << what << ": parameters after step " << steps;
-  EXPECT_LE(max_relative(got.state, ref.state), 1e-6) << what << ": optimizer state after step " << steps;
+  EXPECT_LE(max_relative(got.params, ref.params), kLayoutTolerance) << what << ": parameters after step " << steps;
+  EXPECT_LE(max_relative(got.state, ref.state), kLayoutTolerance) << what << ": optimizer state after step " << steps;
   EXPECT_EQ(got.losses.size(), static_cast<size_t>(steps - from_step)) << what;
   for (const auto& [step, loss] : got.losses) {
     const auto expected = ref.losses.at(static_cast<size_t>(step - 1));

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "config/deck.hpp"
+#include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "core/hdf5.hpp"
 #include "data/prepare.hpp"
@@ -158,6 +159,18 @@ TEST(ModelBuilders, TheDescriptionFromTheDeckIsTheBuiltModel) {
     ASSERT_EQ(described.size(), built.size()) << deck.model.kind;
     for (size_t l = 0; l < built.size(); ++l) EXPECT_EQ(model::layer_difference(built[l], described[l]), "");
   }
+  // A model whose size passes int64 is refused, naming the keys (LibTorch refused it when the plan
+  // built the model; summed in int64 it would wrap).
+  config::Deck huge = gpt_deck();
+  huge.model.kind = "mlp";
+  huge.model.hidden = "3037000500,3037000500";
+  try {
+    model::describe_model(huge, {{1, 28, 28}, 10});
+    ADD_FAILURE() << "a model past int64 was described";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("model.hidden = 3037000500,3037000500) is too large"), std::string::npos)
+        << e.what();
+  }
   // And the comparison sees a difference: a parameter's shape, a buffer, the output.
   auto [deck, input] = every_model_kind()[2];  // the cnn: parameters and buffers
   const auto described = model::describe_model(deck, input);
@@ -199,6 +212,29 @@ TEST(ModelBuilders, AStageBuiltAloneHasTheWholeModelsWeights) {
     }
     EXPECT_ANY_THROW(model::build_layers(deck, input, {last, 1}));
   }
+}
+
+// Each layer draws from a seed of its own (model.hpp): layers of the same shape must still get
+// different weights, another run.seed other weights, and the same seed the same ones.
+TEST(ModelBuilders, LayersOfOneShapeDrawDifferentWeights) {
+  const auto deck = gpt_deck();
+  const model::InputSpec input{{16}, 50, true};
+  const auto qkv = [](const model::LayerStack& model, size_t layer) {
+    return model->layers()[layer].module->named_parameters()["block.qkv.weight"];
+  };
+  torch::manual_seed(7);
+  const auto a = model::build(deck, input);
+  torch::manual_seed(7);
+  const auto same = model::build(deck, input);
+  torch::manual_seed(8);
+  const auto other = model::build(deck, input);
+  EXPECT_FALSE(torch::equal(qkv(a, 1), qkv(a, 2)));
+  EXPECT_FALSE(torch::equal(qkv(a, 2), qkv(a, 3)));
+  EXPECT_TRUE(torch::equal(qkv(a, 2), qkv(same, 2)));
+  EXPECT_FALSE(torch::equal(qkv(a, 2), qkv(other, 2)));
+  // GPT-2's initialisation still: N(0, 0.02) over the 3 x 32 x 32 weights of a projection.
+  EXPECT_NEAR(qkv(a, 1).std().item<double>(), 0.02, 0.002);
+  EXPECT_NEAR(qkv(a, 1).mean().item<double>(), 0.0, 0.002);
 }
 
 // The plan takes each layer's output shape from its builder (no forward of the whole model):
