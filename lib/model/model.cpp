@@ -54,8 +54,6 @@ uint64_t layer_seed(uint64_t model_draw, size_t layer) {
   return z ^ (z >> 31);
 }
 
-}  // namespace
-
 // Puts torch's default CPU generator back as it was when made, also when a layer fails.
 class GeneratorRestore {
  public:
@@ -74,6 +72,8 @@ class GeneratorRestore {
   at::Generator generator_;
   at::Tensor state_;
 };
+
+}  // namespace
 
 void build_each_layer(const config::Deck& deck, const InputSpec& input, const std::function<bool(size_t)>& keep,
                       const std::function<void(Layer)>& sink) {
