@@ -110,21 +110,6 @@ std::vector<LayerInfo> describe_gpt(const config::Deck& deck, const InputSpec& i
   return layers;
 }
 
-}  // namespace
-
-void check_cnn_input(const config::Deck& deck, const InputSpec& input) {
-  if (input.sample_shape.size() != 3)
-    fatal_all(fmt::format("model.kind = cnn needs image inputs C x H x W; data.path {} has samples of rank {}",
-                          deck.data.path, input.sample_shape.size()));
-  const int64_t channels = input.sample_shape[0], h = input.sample_shape[1], w = input.sample_shape[2];
-  if (h < 4 || w < 4)  // two 2x2 poolings leave nothing of a smaller image for the head
-    fatal_all(fmt::format("model.kind = cnn pools twice by 2, so it needs images of at least 4x4; data.path {} has "
-                          "{}x{}x{}",
-                          deck.data.path, channels, h, w));
-}
-
-namespace {
-
 std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 std::string list_text(const std::vector<NamedShape>& list) {
@@ -142,11 +127,23 @@ bool same(const std::vector<NamedShape>& a, const std::vector<NamedShape>& b) {
 
 }  // namespace
 
+void check_cnn_input(const config::Deck& deck, const InputSpec& input) {
+  if (input.sample_shape.size() != 3)
+    fatal_all(fmt::format("model.kind = cnn needs image inputs C x H x W; data.path {} has samples of rank {}",
+                          deck.data.path, input.sample_shape.size()));
+  const int64_t channels = input.sample_shape[0], h = input.sample_shape[1], w = input.sample_shape[2];
+  if (h < 4 || w < 4)  // two 2x2 poolings leave nothing of a smaller image for the head
+    fatal_all(fmt::format("model.kind = cnn pools twice by 2, so it needs images of at least 4x4; data.path {} has "
+                          "{}x{}x{}",
+                          deck.data.path, channels, h, w));
+}
+
 std::string layer_difference(const LayerInfo& built, const LayerInfo& described) {
-  if (built.name != described.name) return fmt::format("layer '{}' built where '{}' was described", built.name, described.name);
+  if (built.name != described.name)
+    return fmt::format("layer '{}' built where '{}' was described", built.name, described.name);
   if (!same(built.parameters, described.parameters))
-    return fmt::format("layer '{}' has parameters {} but was described with {}", built.name, list_text(built.parameters),
-                       list_text(described.parameters));
+    return fmt::format("layer '{}' has parameters {} but was described with {}", built.name,
+                       list_text(built.parameters), list_text(described.parameters));
   if (!same(built.buffers, described.buffers))
     return fmt::format("layer '{}' has buffers {} but was described with {}", built.name, list_text(built.buffers),
                        list_text(described.buffers));

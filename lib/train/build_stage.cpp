@@ -135,17 +135,15 @@ void log_cut(const parallel::Plan& plan) {
   }
 }
 
-// The layers built against the plan's, which were described from the deck (model/describe_model.hpp):
-// `built[i]` is layer `indices[i]` of the model (all of it, in order, when `indices` is empty). A
-// difference is trident's fault: the plan's sizes, stages and buffers would not be the model's.
-void check_built_as_described(const std::vector<model::LayerInfo>& built, const std::vector<model::LayerInfo>& described,
-                              const std::vector<int>& indices) {
-  TRIDENT_CHECK(built.size() == (indices.empty() ? described.size() : indices.size()),
-                fmt::format("{} layers built where {} were expected", built.size(),
-                            indices.empty() ? described.size() : indices.size()));
+// The layers built against the ones described from the deck (model/describe_model.hpp), in the
+// same order. A difference is trident's fault: the plan's sizes, stages and buffers would not be
+// the model's.
+void check_built_as_described(const std::vector<model::LayerInfo>& built,
+                              const std::vector<model::LayerInfo>& described) {
+  TRIDENT_CHECK(built.size() == described.size(),
+                fmt::format("{} layers built where {} were described", built.size(), described.size()));
   for (size_t i = 0; i < built.size(); ++i) {
-    const size_t at = indices.empty() ? i : static_cast<size_t>(indices[i]);
-    const std::string difference = model::layer_difference(built[i], described.at(at));
+    const std::string difference = model::layer_difference(built[i], described[i]);
     TRIDENT_CHECK(difference.empty(), "the model built is not the one described from the deck: " + difference);
   }
 }
@@ -196,7 +194,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
       whole = agreed(conn, [&] { return model::build(deck, input); });
     }
     layers = model::describe_layers(whole, input);
-    check_built_as_described(layers, model::describe_model(deck, input), {});
+    check_built_as_described(layers, model::describe_model(deck, input));
   } else {
     layers = agreed(conn, [&] { return model::describe_model(deck, input); });
     if (deck.parallel.balance == "time" && deck.parallel.boundaries.empty())
@@ -217,7 +215,9 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
     torch::manual_seed(seed);
     const std::vector<int> kept = st.plan->stage_layer_indices(stage);
     st.model = agreed(conn, [&] { return model::build_layers(deck, input, kept); });
-    check_built_as_described(model::describe_layers(st.model, input), st.plan->layers(), kept);
+    std::vector<model::LayerInfo> described;  // this stage's layers of the plan's list
+    for (int l : kept) described.push_back(st.plan->layers().at(static_cast<size_t>(l)));
+    check_built_as_described(model::describe_layers(st.model, input), described);
   }
   // Every rank of a dp group built the same stage from the seed, unless some nodes' LibTorch
   // draws the numbers differently: compared on the host, before anything is on a device.

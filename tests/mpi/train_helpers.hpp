@@ -85,8 +85,6 @@ inline std::string dir_for(const std::string& name, MPI_Comm comm) {
   return shared_scratch_dir() + "/" + name + (comm == MPI_COMM_SELF ? "_r" + std::to_string(world_rank()) : "");
 }
 
-// max over the parameters of `a` of max|a - b| / max|b|, matched by name (b may hold more:
-// the whole model against one pipeline stage).
 // How far apart (max_relative_difference) parameters and AdamW state trained under two layouts may
 // be. The layouts sum gradients in other orders (micro-batches, dp ranks, ZeRO's reduce-scatter),
 // and AdamW's normalised steps carry those last-bit differences into the weights: over run.seed 1-5
@@ -95,6 +93,8 @@ inline std::string dir_for(const std::string& name, MPI_Comm comm) {
 // AdamW moves an element by up to lr = 1e-2, two orders above this.
 constexpr double kLayoutTolerance = 1e-4;
 
+// max over the parameters of `a` of max|a - b| / max|b|, matched by name (b may hold more:
+// the whole model against one pipeline stage).
 inline double max_relative_difference(const Trained& a, const Trained& b) {
   double worst = 0;
   for (const auto& [name, value] : a.params) {
