@@ -5,11 +5,10 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
-#include <functional>
-#include <string_view>
 
 #include "comm/progress.hpp"
 #include "core/error.hpp"
+#include "core/tensor_storage.hpp"
 
 namespace trident::comm {
 
@@ -301,19 +300,23 @@ void MpiCommunicator::reduce_numbers(std::vector<double>& values, Reduce op) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, mpi_op, comm_));
 }
 
+bool same_on_every_rank(MpiCommunicator& group, uint64_t value) {
+  if (group.size() == 1) return true;
+  // Each 32-bit half is exact as a double: the same everywhere iff min == max.
+  std::vector<double> low{static_cast<double>(value >> 32), static_cast<double>(value & 0xffffffffu)}, high = low;
+  group.reduce_numbers(low, Reduce::min);
+  group.reduce_numbers(high, Reduce::max);
+  return low == high;
+}
+
 bool make_identical(MpiCommunicator& group, std::vector<at::Tensor>& tensors) {
   if (group.size() == 1) return false;
   uint64_t hash = 0;
   for (const auto& t : tensors) {
     TRIDENT_CHECK(t.device().is_cpu() && t.is_contiguous(), "make_identical: the tensors must be contiguous, in host memory");
-    const std::string_view bytes(static_cast<const char*>(t.data_ptr()), t.nbytes());
-    hash = (hash * 1000003u) ^ std::hash<std::string_view>{}(bytes);
+    hash = hash_with(hash, t);
   }
-  // Each 32-bit half is exact as a double: the same everywhere iff min == max.
-  std::vector<double> low{static_cast<double>(hash >> 32), static_cast<double>(hash & 0xffffffffu)}, high = low;
-  group.reduce_numbers(low, Reduce::min);
-  group.reduce_numbers(high, Reduce::max);
-  if (low == high) return false;
+  if (same_on_every_rank(group, hash)) return false;
   constexpr int64_t kPiece = int64_t{1} << 30;  // elements per broadcast: MPI counts are ints
   for (auto& t : tensors) {
     at::Tensor flat = t.view({-1});  // pieces of it are filled in place

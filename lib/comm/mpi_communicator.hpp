@@ -51,8 +51,11 @@ class MpiCommunicator final : public Communicator {
   bool stage_through_host_ = false;
 };
 
+// Whether every rank of `group` passed the same value (two small reductions).
+bool same_on_every_rank(MpiCommunicator& group, uint64_t value);
+
 // Makes contiguous host tensors equal on every rank of `group` to rank 0's: compares a hash of
-// their bytes (two small reductions) and broadcasts them only if any rank's differ. Returns
+// their bytes (same_on_every_rank) and broadcasts them only if any rank's differ. Returns
 // whether it did. For what every rank should have computed alike (a model built from one seed):
 // no traffic when they did.
 bool make_identical(MpiCommunicator& group, std::vector<at::Tensor>& tensors);

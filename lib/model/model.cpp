@@ -8,6 +8,8 @@
 #include <new>
 
 #include "core/error.hpp"
+#include "core/memory_limit.hpp"
+#include "core/tensor_storage.hpp"
 #include "core/torch_error.hpp"
 
 namespace trident::model {
@@ -167,6 +169,42 @@ LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const 
       [&](Layer layer) { layers.push_back(std::move(layer)); });
   TRIDENT_CHECK(layers.size() == keep.size(), "build_layers: a layer to keep is past the model's last");
   return LayerStack(std::move(layers));
+}
+
+PartitionedStage build_layers_partitioned(const config::Deck& deck, const InputSpec& input,
+                                          const std::vector<int>& keep, int64_t begin, int64_t end) {
+  TRIDENT_CHECK(std::is_sorted(keep.begin(), keep.end()),
+                "build_layers_partitioned: the layers to keep must be in model order");
+  TRIDENT_CHECK(0 <= begin && begin <= end, "build_layers_partitioned: bad range");
+  PartitionedStage stage;
+  stage.partition = torch::empty({end - begin}, torch::kFloat);
+  stage.begin = begin;
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;  // of the next parameter in the stage's layout
+  std::vector<Layer> layers;
+  build_each_layer(
+      deck, input, [&](size_t layer) { return std::binary_search(keep.begin(), keep.end(), static_cast<int>(layer)); },
+      [&](Layer layer) {
+        for (auto& p : layer.module->parameters()) {
+          const at::Tensor values = p.contiguous();
+          stage.content_hash = hash_with(stage.content_hash, values);
+          const int64_t first = std::max(begin, offset), last = std::min(end, offset + p.numel());
+          if (first < last)
+            stage.partition.narrow(0, first - begin, last - first)
+                .copy_(values.view({-1}).narrow(0, first - offset, last - first));
+          offset += p.numel();
+          release_storage(p);
+        }
+        layers.push_back(std::move(layer));
+        // What the layer's making and its released parameters freed stays resident in malloc's
+        // heap otherwise: as much as the stage again, the memory the partition saves.
+        release_free_heap();
+      });
+  TRIDENT_CHECK(layers.size() == keep.size(), "build_layers_partitioned: a layer to keep is past the model's last");
+  TRIDENT_CHECK(end <= offset,
+                fmt::format("build_layers_partitioned: elements [{}, {}) asked of a stage of {}", begin, end, offset));
+  stage.model = LayerStack(std::move(layers));
+  return stage;
 }
 
 std::vector<LayerInfo> describe_layers(LayerStack& model, const InputSpec& input) {

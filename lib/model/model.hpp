@@ -78,6 +78,22 @@ LayerStack build(const config::Deck& deck, const InputSpec& input);
 // same seed; the others are not made.
 LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep);
 
+// A ZeRO-3 stage built without ever being whole in memory: the layers `keep`, made one by one
+// with build_layers' weights. As each layer is made, the elements of its parameters that fall
+// within [begin, end) of the stage's parameters laid end to end in model order (FlatParams'
+// layout) are copied into `partition` (fp32, on the host), and the parameter's own memory is
+// released: `model`'s parameters keep their shapes, with no memory behind them until ZeRO-3 gives
+// them its gathered buffers (they must not be read before). `content_hash`: of every parameter's
+// values, in order, for comparing what the ranks drew.
+struct PartitionedStage {
+  LayerStack model{nullptr};
+  torch::Tensor partition;
+  int64_t begin = 0;
+  uint64_t content_hash = 0;
+};
+PartitionedStage build_layers_partitioned(const config::Deck& deck, const InputSpec& input,
+                                          const std::vector<int>& keep, int64_t begin, int64_t end);
+
 // The layer list as plain data (model/layer_info.hpp): each layer's parameters and
 // floating-point buffers by full name and shape, and one sample's shape leaving it (the
 // builder's, else a forward of two zero samples, evaluation mode, no grad).

@@ -1,12 +1,14 @@
 #include "optim/flat_params.hpp"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "core/error.hpp"
 #include "core/memory_limit.hpp"
 
 namespace trident::optim {
 
-FlatParams::FlatParams(torch::nn::Module& model, torch::Device device, bool flat_gradients, bool params_on_host) {
+void FlatParams::lay_out(torch::nn::Module& model, torch::Device device) {
   int64_t total = 0;
   for (const auto& item : model.named_parameters()) {
     const auto& p = item.value();
@@ -15,8 +17,21 @@ FlatParams::FlatParams(torch::nn::Module& model, torch::Device device, bool flat
   }
   numel_ = total;
   options = torch::TensorOptions().dtype(torch::kFloat).device(device);
-  params = torch::empty({total}, params_on_host ? options.device(torch::kCPU) : options);
-  if (flat_gradients) grads = torch::zeros({total}, options);
+}
+
+FlatParams::FlatParams(torch::nn::Module& model, torch::Device device, torch::Tensor partition, int64_t partition_begin)
+    : own_partition(std::move(partition)), own_partition_begin(partition_begin) {
+  lay_out(model, device);
+  TRIDENT_CHECK(own_partition.device().is_cpu() && own_partition.dim() == 1 && partition_begin >= 0 &&
+                    partition_begin + own_partition.numel() <= numel_,
+                fmt::format("FlatParams: a partition of {} elements from {} of a layout of {}", own_partition.numel(),
+                            partition_begin, numel_));
+}
+
+FlatParams::FlatParams(torch::nn::Module& model, torch::Device device, bool flat_gradients) {
+  lay_out(model, device);
+  params = torch::empty({numel_}, options);
+  if (flat_gradients) grads = torch::zeros({numel_}, options);
   torch::NoGradGuard no_grad;
   int64_t freed_on_host = 0;  // since the heap was last trimmed
   for (auto& slot : slots) {

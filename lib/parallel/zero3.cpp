@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "core/tensor_storage.hpp"
 #include "core/timer.hpp"
 #include "parallel/bucket_readiness.hpp"
 #include "parallel/grad_sync.hpp"
@@ -23,19 +24,6 @@
 namespace trident::parallel {
 
 namespace {
-
-void release_storage(at::Tensor& t) {
-  auto* impl = t.storage().unsafeGetStorageImpl();
-  impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-  impl->set_nbytes(0);
-}
-
-void allocate_storage(at::Tensor& t) {
-  auto* impl = t.storage().unsafeGetStorageImpl();
-  const auto bytes = static_cast<size_t>(t.numel()) * t.element_size();
-  impl->set_data_ptr_noswap(impl->allocator()->allocate(bytes));
-  impl->set_nbytes(bytes);
-}
 
 struct LayerSpan {
   int64_t first_param = 0, end_param = 0;  // slots
@@ -63,9 +51,13 @@ class Zero3 final : public GradSync, public model::LayerHooks {
     }
     TRIDENT_CHECK(slot == flat.slots.size(), "zero3: parameters outside the model's layers");
 
-    // The partition to the device (a copy: `flat.params`, maybe on the host, is released below).
-    param_partition_ = at::empty({range_.end - range_.begin}, flat.options);
-    param_partition_.copy_(flat.params.narrow(0, range_.begin, range_.end - range_.begin));
+    // The partition, built on the host (model::build_layers_partitioned), to the device. This
+    // rank never held the whole stage.
+    TRIDENT_CHECK(flat.own_partition.defined() && flat.own_partition_begin == range_.begin &&
+                      flat.own_partition.numel() == range_.end - range_.begin,
+                  "zero3: the partition the stage was built with is not this rank's");
+    param_partition_ = flat.own_partition.to(flat.options);
+    flat.own_partition = at::Tensor();
     grad_partition_ = at::zeros_like(param_partition_);
     torch::NoGradGuard no_grad;
     std::vector<Bucket> backward_order;  // readiness buckets: layers with parameters, last first
@@ -94,9 +86,6 @@ class Zero3 final : public GradSync, public model::LayerHooks {
       layer_of_bucket_.push_back(l);
       backward_order.push_back({span.first_param, span.end_param, span.begin, span.end - span.begin});
     }
-    // This rank now holds only its partition: the whole-model buffers go.
-    flat.params = at::Tensor();
-    flat.grads = at::Tensor();
     readiness_ = std::make_unique<BucketReadiness>(flat, std::move(backward_order),
                                                    [this](size_t b) { reduce(layer_of_bucket_[b]); });
     model_->set_hooks(this);

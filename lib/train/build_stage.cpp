@@ -12,6 +12,7 @@
 #include "core/memory_limit.hpp"
 #include "model/layer_timing.hpp"
 #include "model/model.hpp"
+#include "parallel/element_partition.hpp"
 #include "train/host_memory_budget.hpp"
 #include "train/memory_check.hpp"
 #include "train/plan_text.hpp"
@@ -170,34 +171,37 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   st.epochs = st.total_steps / per_epoch + (st.total_steps % per_epoch != 0 ? 1 : 0);  // (no + per_epoch - 1: it overflows)
 
   // The model from the seed, on the CPU (the same initial weights on every device), layer by
-  // layer. The plan cuts its layer list into stages; at pp > 1 that list is described from the
-  // deck (model/describe_model.hpp) and, after the memory check, only this rank's stage is made
-  // (each layer's weights drawn from a seed of its own, model.hpp), so no rank holds, or spends
-  // the time to initialise, the whole model. (At pp = 1 the whole model
-  // is built before the memory check, which counts it as what the rank holds already: it is, until
-  // the flat buffers take its parameters over.) A layer a host cannot allocate at all is bad input
-  // on every rank (agreed).
+  // layer. The plan cuts its layer list into stages; at pp > 1 or under ZeRO-3 that list is
+  // described from the deck (model/describe_model.hpp) and, after the memory check, only this
+  // rank's stage is made (each layer's weights drawn from a seed of its own, model.hpp), so no rank
+  // holds, or spends the time to initialise, the whole model; under ZeRO-3 each layer's parameters
+  // are reduced to this rank's partition as the layer is made, so not even the stage is ever whole.
+  // (Otherwise, at pp = 1, the whole model is built before the memory check, which counts it as
+  // what the rank holds already: it is, until the flat buffers take its parameters over.) A layer a
+  // host cannot allocate at all is bad input on every rank (agreed).
   const model::InputSpec input = input_spec(deck, *st.train_split);
   const auto seed = static_cast<uint64_t>(deck.run.seed);
+  const bool partitioned = deck.parallel.zero == 3;
   torch::manual_seed(seed);
   model::LayerStack whole{nullptr};
   std::vector<model::LayerInfo> layers;
-  if (deck.parallel.pp == 1) {
+  if (deck.parallel.pp == 1 && !partitioned) {
     {
       // The ranks of a node build the whole model at once: a build past their memory limit is
       // refused as it goes, each rank within its share, naming the keys, instead of an OOM kill
       // before the memory check below (which counts the built model) could speak.
       const HostShare share = host_memory_share(deck, conn);
       const HostMemoryBudget budget(share.bytes, share.ranks,
-                                    share.text + "; at parallel.pp = 1 every rank builds the whole model, a pipeline "
-                                                 "(parallel.pp) builds a stage of it on each");
+                                    share.text + "; at parallel.pp = 1 every rank builds the whole model, where ZeRO-3 "
+                                                 "(parallel.zero = 3) keeps a partition of each layer as it is "
+                                                 "made and a pipeline (parallel.pp) builds a stage on each");
       whole = agreed(conn, [&] { return model::build(deck, input); });
     }
     layers = model::describe_layers(whole, input);
     check_built_as_described(layers, model::describe_model(deck, input));
   } else {
     layers = agreed(conn, [&] { return model::describe_model(deck, input); });
-    if (deck.parallel.balance == "time" && deck.parallel.boundaries.empty())
+    if (deck.parallel.pp > 1 && deck.parallel.balance == "time" && deck.parallel.boundaries.empty())
       measure_layer_times(deck, conn, input, layers);
   }
   st.plan = std::make_unique<parallel::Plan>(deck, conn.world.size, std::move(layers), input.sample_shape);
@@ -209,25 +213,41 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   // its flat buffers, gradient strategy and checkpoints see; the pipeline runs each chunk as a
   // slice of it.
   const int stage = conn.topology->stage();
+  std::optional<model::PartitionedStage> own_partition;
   if (whole) {
     st.model = whole;
   } else {
     torch::manual_seed(seed);
     const std::vector<int> kept = st.plan->stage_layer_indices(stage);
-    st.model = agreed(conn, [&] { return model::build_layers(deck, input, kept); });
+    if (partitioned) {
+      const auto range = parallel::ElementPartition(st.plan->stage_parameters(stage), conn.dp_comm->size())
+                             .range(conn.dp_comm->rank());
+      own_partition =
+          agreed(conn, [&] { return model::build_layers_partitioned(deck, input, kept, range.begin, range.end); });
+      st.model = own_partition->model;
+    } else {
+      st.model = agreed(conn, [&] { return model::build_layers(deck, input, kept); });
+    }
     std::vector<model::LayerInfo> described;  // this stage's layers of the plan's list
     for (int l : kept) described.push_back(st.plan->layers().at(static_cast<size_t>(l)));
     check_built_as_described(model::describe_layers(st.model, input), described);
   }
   // Every rank of a dp group built the same stage from the seed, unless some nodes' LibTorch
-  // draws the numbers differently: compared on the host, before anything is on a device.
+  // draws the numbers differently: compared on the host, before anything is on a device. A
+  // partitioned stage is compared by the hash of what each rank drew: each element lives in one
+  // rank's partition only, so the model is one model whatever the ranks drew; only its buffers
+  // are made identical.
   {
     comm::MpiCommunicator dp_group(conn.topology->dp_group());
-    std::vector<at::Tensor> state = st.model->parameters();
+    std::vector<at::Tensor> state = own_partition ? std::vector<at::Tensor>{} : st.model->parameters();
     for (const auto& b : st.model->buffers()) state.push_back(b);
-    if (comm::make_identical(dp_group, state) && dp_group.rank() == 0)
+    const bool params_differed = own_partition && !comm::same_on_every_rank(dp_group, own_partition->content_hash);
+    if ((comm::make_identical(dp_group, state) || params_differed) && dp_group.rank() == 0)
       log::info_all("warning: the ranks of this stage's dp group built different initial weights from run.seed (a "
-                    "different LibTorch or CPU on some nodes?): this rank's were broadcast to them");
+                    "different LibTorch or CPU on some nodes?): {}",
+                    params_differed ? "each rank's ZeRO-3 partition keeps the values it drew, so the model differs "
+                                      "from the one a single node would build"
+                                    : "this rank's were broadcast to them");
   }
   std::vector<parallel::PipelineChunk> chunks;
   size_t first = 0;
@@ -243,10 +263,13 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
                                                      deck.parallel.schedule);
 
   // The parameters go to the device through the flat buffer, one tensor at a time, never as a
-  // second whole copy; ZeRO-3 keeps the buffer on the host and moves only its partition.
-  const bool partitioned = deck.parallel.zero == 3;
-  st.flat = std::make_unique<optim::FlatParams>(*st.model, conn.torch_device, /*flat_gradients=*/deck.parallel.zero < 2,
-                                                /*params_on_host=*/partitioned);
+  // second whole copy; ZeRO-3 moves only its partition.
+  if (own_partition)
+    st.flat = std::make_unique<optim::FlatParams>(*st.model, conn.torch_device, std::move(own_partition->partition),
+                                                  own_partition->begin);
+  else
+    st.flat =
+        std::make_unique<optim::FlatParams>(*st.model, conn.torch_device, /*flat_gradients=*/deck.parallel.zero < 2);
   st.grad_sync = parallel::make_grad_sync(deck, *st.flat, st.model, *conn.dp_comm);
   model::move_buffers(*st.model, conn.torch_device);
   release_free_heap();  // the parameters the flat buffer copied (and the balance = time layers timed)

@@ -44,7 +44,8 @@ oom_kills() { cat "$1/memory.oom_control" "$1/memory.events" 2>/dev/null | sed -
 
 "$trident" prepare-data synthetic --out tokens.h5 --tokens 100000 --test-tokens 1040 --vocab 256 >/dev/null
 # GPTs of d_model 1024: 4 blocks are 50,976,768 parameters (fp32 AdamW model state 777.84 MiB a
-# rank without ZeRO), 6 blocks 76,169,216 (1.14 GiB); every rank first builds the whole model.
+# rank without ZeRO), 6 blocks 76,169,216 (1.14 GiB); every rank first builds the whole model
+# (under ZeRO-3 only its partition of each layer).
 args=(/dev/null --set data.path=tokens.h5 --set model.kind=gpt --set model.d_model=1024 --set model.heads=8
       --set model.seq_len=64 --set optim.global_batch=2 --set optim.micro_batch=1 --set run.max_steps=2
       --set run.threads=1 --set checkpoint.every_steps=0)
@@ -79,8 +80,8 @@ grep -Eq "the model \(model.vocab = 256 \(the dataset's\), model.d_model = 1024,
 
 # ---- 2. a cgroup of 1100 MiB per rank (per-task limits): zero 0 is refused, and of the stages whose
 # model state is below the cap (12, 10, 8 bytes a parameter at dp 2: 871.7, 726.4, 581.1 MiB) zero 3
-# leaves room for the whole model each rank has built (zero 2 too where the libraries' heap is
-# under ~80 MiB)
+# leaves room for the whole model each rank has built at zero 0 (zero 2 too where the libraries'
+# heap is under ~80 MiB)
 for r in 0 1; do make_group "$cgroup_root/trident_test_each_$$_$r" 1100; done
 run_each() {  # ZERO LOG
   "$mpiexec" -n 2 bash -c "$confine" _ "$cgroup_root/trident_test_each_$$" each "$trident" train "${args[@]}" \

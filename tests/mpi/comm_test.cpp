@@ -91,6 +91,17 @@ TEST(Communicator, MakeIdenticalBroadcastsOnlyWhenARankDiffers) {
   EXPECT_TRUE(torch::equal(differ[1], torch::ones({2, 3}, torch::kLong)));
 }
 
+// What ZeRO-3's partitioned build compares (the hash of what each rank drew): any one rank's
+// value differing, in either 32-bit half, is seen by every rank.
+TEST(Communicator, SameOnEveryRankSeesAnyRankDiffer) {
+  Ranks w;
+  EXPECT_TRUE(comm::same_on_every_rank(w.comm, 0xfedcba9876543210ULL));
+  for (const uint64_t flip : {uint64_t{1}, uint64_t{1} << 40}) {
+    const uint64_t mine = 0xfedcba9876543210ULL ^ (w.n > 1 && w.r == w.n - 1 ? flip : 0);
+    EXPECT_EQ(comm::same_on_every_rank(w.comm, mine), w.n == 1) << "flip " << flip;
+  }
+}
+
 TEST(Backend, FactoryMakesTheBackendsThisBuildHas) {
   Ranks w;
   const auto mpi = comm::make_communicator("mpi", MPI_COMM_WORLD, 30.0);

@@ -1,8 +1,8 @@
 // The GPT model against independent computations: attention against loops in double precision,
 // causality of the whole model, its parameter count against the closed formula; a stage built
-// alone and the output shapes the builders declare (every model kind) against the whole model;
-// parallel.balance = time's layer timing (one layer at a time); and the token datasets against
-// the bytes of the text they were made from.
+// alone or partitioned (ZeRO-3) and the output shapes the builders declare (every model kind)
+// against the whole model; parallel.balance = time's layer timing (one layer at a time); and the
+// token datasets against the bytes of the text they were made from.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -211,6 +211,53 @@ TEST(ModelBuilders, AStageBuiltAloneHasTheWholeModelsWeights) {
       }
     }
     EXPECT_ANY_THROW(model::build_layers(deck, input, {last, 1}));
+  }
+}
+
+// ZeRO-3's partitioned build (model::build_layers_partitioned): the partitions of a stage, laid
+// end to end, are that stage's parameters as build_layers gives them from the same seed, in the
+// flat buffer's order, for ranges that cut through tensors, split evenly or are empty; the stage
+// keeps every parameter's name and shape with no memory behind it, and its buffers' values.
+TEST(ModelBuilders, PartitionsOfAStageAreItsParametersEndToEnd) {
+  for (const auto& [deck, input] : every_model_kind()) {
+    const int last = static_cast<int>(model::describe_model(deck, input).size()) - 1;
+    for (const std::vector<int>& keep : {std::vector<int>{0, 1, last}, {last}}) {
+      torch::manual_seed(11);
+      auto reference = model::build_layers(deck, input, keep);
+      std::vector<torch::Tensor> flat;
+      for (const auto& p : reference->parameters()) flat.push_back(p.reshape({-1}));
+      const auto expected = torch::cat(flat);
+      const int64_t n = expected.numel();
+      for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, n}, {0, 1, n / 3, n / 3, n - 5, n}}) {
+        std::vector<torch::Tensor> pieces;
+        uint64_t first_hash = 0;
+        for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+          torch::manual_seed(11);
+          auto part = model::build_layers_partitioned(deck, input, keep, cuts[c], cuts[c + 1]);
+          EXPECT_EQ(part.begin, cuts[c]);
+          ASSERT_EQ(part.partition.numel(), cuts[c + 1] - cuts[c]);
+          pieces.push_back(part.partition);
+          if (c == 0) first_hash = part.content_hash;
+          EXPECT_EQ(part.content_hash, first_hash) << "the hash depends on the range";
+          const auto mine = part.model->named_parameters(), theirs = reference->named_parameters();
+          ASSERT_EQ(mine.size(), theirs.size());
+          for (size_t p = 0; p < mine.size(); ++p) {
+            EXPECT_EQ(mine[p].key(), theirs[p].key());
+            EXPECT_EQ(mine[p].value().sizes(), theirs[p].value().sizes());
+            EXPECT_EQ(mine[p].value().storage().nbytes(), 0u) << mine[p].key() << " still holds its values";
+          }
+          const auto buffers = part.model->buffers(), reference_buffers = reference->buffers();
+          ASSERT_EQ(buffers.size(), reference_buffers.size());
+          for (size_t b = 0; b < buffers.size(); ++b) EXPECT_TRUE(torch::equal(buffers[b], reference_buffers[b]));
+        }
+        EXPECT_TRUE(torch::equal(torch::cat(pieces), expected)) << deck.model.kind << " cut in " << cuts.size() - 1;
+      }
+      torch::manual_seed(12);  // another seed draws other weights: another hash
+      const auto other = model::build_layers_partitioned(deck, input, keep, 0, 0);
+      torch::manual_seed(11);
+      EXPECT_NE(other.content_hash, model::build_layers_partitioned(deck, input, keep, 0, 0).content_hash);
+      EXPECT_ANY_THROW(model::build_layers_partitioned(deck, input, keep, 0, n + 1));
+    }
   }
 }
 
