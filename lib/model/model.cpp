@@ -185,7 +185,13 @@ PartitionedStage build_layers_partitioned(const config::Deck& deck, const InputS
   build_each_layer(
       deck, input, [&](size_t layer) { return std::binary_search(keep.begin(), keep.end(), static_cast<int>(layer)); },
       [&](Layer layer) {
+        // The stage is described, and checked, without reading the released parameters.
+        TRIDENT_CHECK(!layer.output_shape.empty(),
+                      "build_layers_partitioned: layer " + layer.name + " declares no output shape");
         for (auto& p : layer.module->parameters()) {
+          // A parameter shared with an earlier one would be read after its release.
+          TRIDENT_CHECK(p.numel() == 0 || p.storage().nbytes() > 0,
+                        "build_layers_partitioned: a parameter of layer " + layer.name + " is shared");
           const at::Tensor values = p.contiguous();
           stage.content_hash = hash_with(stage.content_hash, values);
           const int64_t first = std::max(begin, offset), last = std::min(end, offset + p.numel());
