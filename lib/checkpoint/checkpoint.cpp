@@ -912,8 +912,17 @@ void Reader::check_shapes(const std::string& group, const std::vector<TensorEntr
 
 at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
                              int64_t end) const {
-  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   at::Tensor out = at::empty({end - begin}, at::kFloat);
+  read_flat_into(group, entries, begin, end, out);
+  return out;
+}
+
+void Reader::read_flat_into(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
+                            int64_t end, const at::Tensor& out) const {
+  TRIDENT_CHECK(out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == at::kFloat &&
+                    out.numel() == end - begin,
+                fmt::format("read_flat_into: {} elements asked into a tensor of {}", end - begin, out.numel()));
+  std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   for (const auto& t : entries) {
     const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
     if (lo >= hi) continue;
@@ -923,7 +932,6 @@ at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorE
       read_checked_into(dataset, path_, name, lo - t.offset, hi - t.offset, out.narrow(0, lo - begin, hi - lo));
     });
   }
-  return out;
 }
 
 at::Tensor Reader::read_rng_state(int rank, const std::string& kind) const {

@@ -128,10 +128,19 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     const int64_t n = st.flat->numel();
     const auto range = owned_range(conn, st);
     torch::NoGradGuard no_grad;
+    // Straight into host memory laid out as the file's flat buffer (a fresh buffer and a copy
+    // touched every byte of the state twice, and held the largest tensor twice); through a host
+    // buffer to a device.
+    const auto read_into = [&](const std::string& group, const at::Tensor& into, int64_t begin, int64_t end) {
+      if (into.device().is_cpu() && into.is_contiguous() && into.scalar_type() == at::kFloat)
+        reader.read_flat_into(group, mine, begin, end, into);
+      else
+        into.copy_(reader.read_flat(group, mine, begin, end));
+    };
     if (st.grad_sync->params_partitioned())
-      st.grad_sync->optimizer_params().copy_(reader.read_flat("params", mine, range.begin, range.end));
+      read_into("params", st.grad_sync->optimizer_params(), range.begin, range.end);
     else
-      st.grad_sync->full_params().copy_(reader.read_flat("params", mine, 0, n));
+      read_into("params", st.grad_sync->full_params(), 0, n);
     st.optimizer->allocate_state(st.grad_sync->optimizer_params());
     for (auto& [name, state] : st.optimizer->state()) {
       if (decks.momentum_started && name == "momentum_buffer") continue;  // zero, as allocated
@@ -142,7 +151,7 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
         fatal_all(fmt::format("{} ({})", e.what(), restored.deck_changes));
       }
       const bool part = st.grad_sync->sharded();
-      state.copy_(reader.read_flat("optim/" + name, mine, part ? range.begin : 0, part ? range.end : n));
+      read_into("optim/" + name, state, part ? range.begin : 0, part ? range.end : n);
     }
     st.optimizer->set_steps(meta.optimizer_steps);
     // fp16 continues with the saved loss scale (a checkpoint of an fp32/bf16 run has none: the
