@@ -918,10 +918,20 @@ at::Tensor Reader::read_flat(const std::string& group, const std::vector<TensorE
 }
 
 void Reader::read_flat_into(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
-                            int64_t end, const at::Tensor& out) const {
-  TRIDENT_CHECK(out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == at::kFloat &&
-                    out.numel() == end - begin,
+                            int64_t end, const at::Tensor& out, int64_t chunk_elements) const {
+  TRIDENT_CHECK(out.numel() == end - begin && chunk_elements > 0,
                 fmt::format("read_flat_into: {} elements asked into a tensor of {}", end - begin, out.numel()));
+  if (!(out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == at::kFloat)) {
+    const at::Tensor flat_out = out.view({-1});  // (a 1-D flat buffer's slice: a view)
+    at::Tensor buffer = at::empty({std::min(chunk_elements, end - begin)}, at::kFloat);
+    for (int64_t from = begin; from < end; from += chunk_elements) {
+      const int64_t count = std::min(chunk_elements, end - from);
+      at::Tensor piece = buffer.narrow(0, 0, count);
+      read_flat_into(group, entries, from, from + count, piece);
+      flat_out.narrow(0, from - begin, count).copy_(piece);
+    }
+    return;
+  }
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
   for (const auto& t : entries) {
     const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);

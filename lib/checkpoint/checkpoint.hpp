@@ -139,9 +139,11 @@ class Reader {
   // Elements [begin, end) of a stage's flat buffer, assembled from the tensors of `entries`.
   at::Tensor read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
                        int64_t end) const;
-  // The same, read straight into `out` (fp32, contiguous, in host memory, end - begin elements).
+  // The same into `out` (end - begin elements): straight into it when it is fp32, contiguous and in
+  // host memory; otherwise (a GPU's) through one host buffer of at most `chunk_elements`, so that
+  // restoring a state to a device never holds a whole tensor of it on the host.
   void read_flat_into(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin, int64_t end,
-                      const at::Tensor& out) const;
+                      const at::Tensor& out, int64_t chunk_elements = int64_t{1} << 24) const;
   at::Tensor read_tensor(const std::string& dataset) const;
   // The state of generator `kind` ("cpu" or "cuda") rank `rank` saved (uint8), or an undefined
   // tensor when the file has none for that rank (an older file, fewer ranks wrote it, or it was

@@ -128,14 +128,10 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     const int64_t n = st.flat->numel();
     const auto range = owned_range(conn, st);
     torch::NoGradGuard no_grad;
-    // Straight into host memory laid out as the file's flat buffer (a fresh buffer and a copy
-    // touched every byte of the state twice, and held the largest tensor twice); through a host
-    // buffer to a device.
+    // Straight into place on the host (a fresh buffer and a copy touched every byte of the state
+    // twice, and held the largest tensor twice); to a device a chunk at a time.
     const auto read_into = [&](const std::string& group, const at::Tensor& into, int64_t begin, int64_t end) {
-      if (into.device().is_cpu() && into.is_contiguous() && into.scalar_type() == at::kFloat)
-        reader.read_flat_into(group, mine, begin, end, into);
-      else
-        into.copy_(reader.read_flat(group, mine, begin, end));
+      reader.read_flat_into(group, mine, begin, end, into);
     };
     if (st.grad_sync->params_partitioned())
       read_into("params", st.grad_sync->optimizer_params(), range.begin, range.end);

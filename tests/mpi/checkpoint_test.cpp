@@ -301,6 +301,15 @@ TEST(Checkpoint, TensorsLargerThanOneWriteRoundTripExactly) {
   checkpoint::Reader reader(path);
   EXPECT_TRUE(torch::equal(reader.read_flat("params", params, 0, used), all));
   EXPECT_TRUE(torch::equal(reader.read_flat("optim/m", params, 0, used), all * -3));
+  // Into place: straight into host fp32; into anything else (a GPU's state; here a strided view)
+  // through a host buffer a chunk at a time, the chunks ending off the checksummed blocks' ends.
+  at::Tensor into = torch::zeros({used - 3});
+  reader.read_flat_into("optim/m", params, 3, used, into);
+  EXPECT_TRUE(torch::equal(into, all.narrow(0, 3, used - 3) * -3));
+  at::Tensor every_other = torch::zeros({2 * (used - 3)}).slice(0, 0, 2 * (used - 3), 2);
+  reader.read_flat_into("params", params, 3, used, every_other, /*chunk_elements=*/100003);
+  EXPECT_TRUE(torch::equal(every_other, all.narrow(0, 3, used - 3)));
+  EXPECT_ANY_THROW(reader.read_flat_into("params", params, 0, used, into));  // too small
   EXPECT_EQ(checkpoint::verify(path), "");
 }
 
