@@ -170,10 +170,6 @@ at::ScalarType mixed_type(const at::Tensor& x) {
   return type == at::kBFloat16 || type == at::kHalf ? type : at::kFloat;
 }
 
-torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  return mixed_linear(x, layer->weight, layer->bias);
-}
-
 // The two kernels of kernels/layer_norm.hpp on tensors. Forward: LayerNorm of fp32 rows `x`
 // (plus a 16-bit `branch` where one is given, the sum then written to `sum`) into `y` in the
 // 16-bit type, with each row's mean and 1 / std for backward.
@@ -376,17 +372,40 @@ class MixedLayerNormImpl : public torch::nn::LayerNormImpl {
 };
 TORCH_MODULE(MixedLayerNorm);
 
+// torch::nn::Linear and torch::nn::Embedding as the GPT uses them (the same parameters and
+// names, so the same checkpoints), with their parameters left as allocated: build_gpt draws the
+// initial weights itself, and LibTorch's constructors drew a first set (Kaiming uniform, N(0, 1))
+// that it overwrote at once, a pass of random numbers over every weight for nothing.
+class ProjectionImpl : public torch::nn::Module {
+ public:
+  ProjectionImpl(int64_t in, int64_t out, bool with_bias = true)
+      : weight(register_parameter("weight", torch::empty({out, in}))) {
+    if (with_bias) bias = register_parameter("bias", torch::empty({out}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Projection);
+
+class TableImpl : public torch::nn::Module {
+ public:
+  TableImpl(int64_t rows, int64_t width) : weight(register_parameter("weight", torch::empty({rows, width}))) {}
+  torch::Tensor forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(Table);
+
 // Token ids [batch, T] -> token embedding + position embedding [batch, T, d_model].
 class EmbeddingImpl : public torch::nn::Module {
  public:
   EmbeddingImpl(int64_t vocab, int64_t seq_len, int64_t d_model)
-      : token(register_module("token", torch::nn::Embedding(vocab, d_model))),
-        position(register_module("position", torch::nn::Embedding(seq_len, d_model))) {}
+      : token(register_module("token", Table(vocab, d_model))),
+        position(register_module("position", Table(seq_len, d_model))) {}
   torch::Tensor forward(const torch::Tensor& tokens) {
     const auto positions = torch::arange(tokens.size(1), tokens.options().dtype(torch::kLong));
     return token(tokens) + position(positions);
   }
-  torch::nn::Embedding token, position;
+  Table token, position;
 };
 TORCH_MODULE(Embedding);
 
@@ -397,11 +416,11 @@ class BlockImpl : public torch::nn::Module {
   BlockImpl(int64_t d_model, int64_t heads)
       : heads_(heads),
         attn_norm(register_module("attn_norm", MixedLayerNorm(d_model))),
-        qkv(register_module("qkv", torch::nn::Linear(d_model, 3 * d_model))),
-        attn_out(register_module("attn_out", torch::nn::Linear(d_model, d_model))),
+        qkv(register_module("qkv", Projection(d_model, 3 * d_model))),
+        attn_out(register_module("attn_out", Projection(d_model, d_model))),
         mlp_norm(register_module("mlp_norm", MixedLayerNorm(d_model))),
-        mlp_in(register_module("mlp_in", torch::nn::Linear(d_model, 4 * d_model))),
-        mlp_out(register_module("mlp_out", torch::nn::Linear(4 * d_model, d_model))) {}
+        mlp_in(register_module("mlp_in", Projection(d_model, 4 * d_model))),
+        mlp_out(register_module("mlp_out", Projection(4 * d_model, d_model))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
@@ -413,12 +432,12 @@ class BlockImpl : public torch::nn::Module {
     // straight into the projection's layout in one copy (three selects would each fill a zero
     // tensor and add into it; unbinding a permuted view would need a second copy back).
     const auto [residual, attn_in] = attn_norm->after_residual(x, {});
-    const auto qkv_heads = linear(qkv, attn_in).view({b, t, 3, heads_, d / heads_}).unbind(2);
+    const auto qkv_heads = mixed_linear(attn_in, qkv->weight, qkv->bias).view({b, t, 3, heads_, d / heads_}).unbind(2);
     const auto y = causal_attention(qkv_heads[0].transpose(1, 2), qkv_heads[1].transpose(1, 2),
                                     qkv_heads[2].transpose(1, 2))
                        .transpose(1, 2)
                        .reshape({b, t, d});
-    const auto [h, mlp_x] = mlp_norm->after_residual(residual, linear(attn_out, y));
+    const auto [h, mlp_x] = mlp_norm->after_residual(residual, mixed_linear(y, attn_out->weight, attn_out->bias));
     return h + gelu_mlp(mlp_x, mlp_in->weight, mlp_in->bias, mlp_out->weight, mlp_out->bias);
   }
 
@@ -427,9 +446,9 @@ class BlockImpl : public torch::nn::Module {
 
  public:
   MixedLayerNorm attn_norm;
-  torch::nn::Linear qkv, attn_out;
+  Projection qkv, attn_out;
   MixedLayerNorm mlp_norm;
-  torch::nn::Linear mlp_in, mlp_out;
+  Projection mlp_in, mlp_out;
 };
 TORCH_MODULE(Block);
 
@@ -474,7 +493,7 @@ void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink
   emit("head", {t, vocab}, [&] {
     torch::nn::Sequential head;
     head->push_back("norm", MixedLayerNorm(d));
-    head->push_back("linear", torch::nn::Linear(torch::nn::LinearOptions(d, vocab).bias(false)));
+    head->push_back("linear", Projection(d, vocab, /*with_bias=*/false));
     return initialised(head);
   });
 }
