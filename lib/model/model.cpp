@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <new>
 
@@ -56,6 +57,13 @@ uint64_t layer_seed(uint64_t model_draw, size_t layer) {
   return z ^ (z >> 31);
 }
 
+// Weights left for a checkpoint to fill are NaN until it does: a parameter a restore missed shows
+// in the first loss, not as a model silently started from whatever memory held.
+void fill_undrawn(Layer& layer) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : layer.module->parameters()) p.fill_(std::numeric_limits<float>::quiet_NaN());
+}
+
 // Puts torch's default CPU generator back as it was when made, also when a layer fails.
 class GeneratorRestore {
  public:
@@ -78,7 +86,7 @@ class GeneratorRestore {
 }  // namespace
 
 void build_each_layer(const config::Deck& deck, const InputSpec& input, const std::function<bool(size_t)>& keep,
-                      const std::function<void(Layer)>& sink) {
+                      const std::function<void(Layer)>& sink, const std::function<bool(size_t)>& draw) {
   const Builder& builder = builder_of(deck);
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   uint64_t model_draw = 0;
@@ -97,7 +105,7 @@ void build_each_layer(const config::Deck& deck, const InputSpec& input, const st
     }
     torch::nn::Sequential module{nullptr};
     try {
-      module = make();
+      module = make(!draw || draw(layer));
     } catch (const std::exception& e) {
       // A layer this host cannot allocate at all (model.vocab = 2000000000 asks LibTorch for a
       // 1 TB embedding) is bad input naming the keys that size it, not a fault with the
@@ -155,36 +163,70 @@ class LayerDescriber {
 
 }  // namespace
 
-LayerStack build(const config::Deck& deck, const InputSpec& input) {
+LayerStack build(const config::Deck& deck, const InputSpec& input, bool draw_weights) {
   std::vector<Layer> layers;
-  build_each_layer(deck, input, [](size_t) { return true; }, [&](Layer layer) { layers.push_back(std::move(layer)); });
+  build_each_layer(
+      deck, input, [](size_t) { return true; },
+      [&](Layer layer) {
+        if (!draw_weights) fill_undrawn(layer);
+        layers.push_back(std::move(layer));
+      },
+      [&](size_t) { return draw_weights; });
   return LayerStack(std::move(layers));
 }
 
-LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep) {
+LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep,
+                        bool draw_weights) {
   TRIDENT_CHECK(std::is_sorted(keep.begin(), keep.end()), "build_layers: the layers to keep must be in model order");
   std::vector<Layer> layers;
   build_each_layer(
       deck, input, [&](size_t layer) { return std::binary_search(keep.begin(), keep.end(), static_cast<int>(layer)); },
-      [&](Layer layer) { layers.push_back(std::move(layer)); });
+      [&](Layer layer) {
+        if (!draw_weights) fill_undrawn(layer);
+        layers.push_back(std::move(layer));
+      },
+      [&](size_t) { return draw_weights; });
   TRIDENT_CHECK(layers.size() == keep.size(), "build_layers: a layer to keep is past the model's last");
   return LayerStack(std::move(layers));
 }
 
 PartitionedStage build_layers_partitioned(const config::Deck& deck, const InputSpec& input,
-                                          const std::vector<int>& keep, int64_t begin, int64_t end) {
+                                          const std::vector<int>& keep, int64_t begin, int64_t end,
+                                          bool draw_weights) {
   TRIDENT_CHECK(std::is_sorted(keep.begin(), keep.end()),
                 "build_layers_partitioned: the layers to keep must be in model order");
   TRIDENT_CHECK(0 <= begin && begin <= end, "build_layers_partitioned: bad range");
+  // Each kept layer's first element in the stage's layout, from the description (checked against
+  // the built model by the caller), to know before making a layer whether it reaches the range.
+  const std::vector<LayerInfo> described = describe_model(deck, input);
+  std::vector<int64_t> first_element(described.size(), 0), elements(described.size(), 0);
+  int64_t total = 0;
+  size_t hashed = described.size();  // the smallest kept layer with parameters: every rank draws it
+  for (int l : keep) {
+    TRIDENT_CHECK(l >= 0 && static_cast<size_t>(l) < described.size(),
+                  "build_layers_partitioned: a layer to keep is past the model's last");
+    const auto layer = static_cast<size_t>(l);
+    first_element[layer] = total;
+    for (const auto& p : described[layer].parameters) elements[layer] += p.numel();
+    total += elements[layer];
+    if (elements[layer] > 0 && (hashed == described.size() || elements[layer] < elements[hashed])) hashed = layer;
+  }
+  TRIDENT_CHECK(end <= total,
+                fmt::format("build_layers_partitioned: elements [{}, {}) asked of a stage of {}", begin, end, total));
+  const auto in_range = [&](size_t layer) {
+    return first_element[layer] < end && first_element[layer] + elements[layer] > begin;
+  };
   PartitionedStage stage;
   stage.partition = torch::empty({end - begin}, torch::kFloat);
   stage.begin = begin;
   torch::NoGradGuard no_grad;
   int64_t offset = 0;  // of the next parameter in the stage's layout
+  size_t index = 0;    // of the next kept layer
   std::vector<Layer> layers;
   build_each_layer(
       deck, input, [&](size_t layer) { return std::binary_search(keep.begin(), keep.end(), static_cast<int>(layer)); },
       [&](Layer layer) {
+        const auto model_index = static_cast<size_t>(keep[index++]);
         // The stage is described, and checked, without reading the released parameters.
         TRIDENT_CHECK(!layer.output_shape.empty(),
                       "build_layers_partitioned: layer " + layer.name + " declares no output shape");
@@ -193,11 +235,13 @@ PartitionedStage build_layers_partitioned(const config::Deck& deck, const InputS
           TRIDENT_CHECK(p.numel() == 0 || p.storage().nbytes() > 0,
                         "build_layers_partitioned: a parameter of layer " + layer.name + " is shared");
           const at::Tensor values = p.contiguous();
-          stage.content_hash = hash_with(stage.content_hash, values);
+          if (draw_weights && model_index == hashed) stage.content_hash = hash_with(stage.content_hash, values);
           const int64_t first = std::max(begin, offset), last = std::min(end, offset + p.numel());
-          if (first < last)
+          if (first < last && draw_weights)
             stage.partition.narrow(0, first - begin, last - first)
                 .copy_(values.view({-1}).narrow(0, first - offset, last - first));
+          else if (first < last)  // NaN until the checkpoint fills it (fill_undrawn)
+            stage.partition.narrow(0, first - begin, last - first).fill_(std::numeric_limits<float>::quiet_NaN());
           offset += p.numel();
           release_storage(p);
         }
@@ -205,10 +249,11 @@ PartitionedStage build_layers_partitioned(const config::Deck& deck, const InputS
         // What the layer's making and its released parameters freed stays resident in malloc's
         // heap otherwise: as much as the stage again, the memory the partition saves.
         release_free_heap();
-      });
+      },
+      [&](size_t layer) { return draw_weights && (in_range(layer) || layer == hashed); });
   TRIDENT_CHECK(layers.size() == keep.size(), "build_layers_partitioned: a layer to keep is past the model's last");
-  TRIDENT_CHECK(end <= offset,
-                fmt::format("build_layers_partitioned: elements [{}, {}) asked of a stage of {}", begin, end, offset));
+  TRIDENT_CHECK(offset == total, fmt::format("build_layers_partitioned: {} elements made where {} were described",
+                                             offset, total));
   stage.model = LayerStack(std::move(layers));
   return stage;
 }

@@ -61,7 +61,9 @@ inline LayerStack slice(const LayerStack& stack, size_t begin, size_t end) { ret
 // on which other layers are made, so a pipeline stage is built without drawing the rest of the
 // model's weights, and no rank needs the whole model in memory (or the time to initialise it) to
 // hold its stage.
-using LayerMaker = std::function<torch::nn::Sequential()>;
+// `draw_weights` false: the parameters may be left as allocated, for the caller to fill (from a
+// checkpoint, or not at all: a ZeRO-3 rank whose partition holds none of them).
+using LayerMaker = std::function<torch::nn::Sequential(bool draw_weights)>;
 using LayerSink = std::function<void(const std::string& name, std::vector<int64_t> output_shape, const LayerMaker& make)>;
 using Builder = std::function<void(const config::Deck&, const InputSpec&, const LayerSink& emit)>;
 
@@ -70,21 +72,27 @@ using Builder = std::function<void(const config::Deck&, const InputSpec&, const 
 // Layer l is initialised from torch's default CPU generator seeded with a number mixed from l and
 // one draw of that generator made first; the generator is left as that draw left it (also when
 // a layer fails). A layer the host cannot allocate is bad input naming the deck keys that size it.
+// `draw(index)` false: that layer is made without drawing its weights (LayerMaker); none given:
+// every layer draws.
 void build_each_layer(const config::Deck& deck, const InputSpec& input, const std::function<bool(size_t)>& keep,
-                      const std::function<void(Layer)>& sink);
-// The model named by model.kind, initialised from torch's generator (seed it first).
-LayerStack build(const config::Deck& deck, const InputSpec& input);
+                      const std::function<void(Layer)>& sink, const std::function<bool(size_t)>& draw = nullptr);
+// The model named by model.kind, initialised from torch's generator (seed it first); with
+// `draw_weights` false its weights are left for a checkpoint to fill.
+LayerStack build(const config::Deck& deck, const InputSpec& input, bool draw_weights = true);
 // Only its layers `keep` (ascending indices), with the weights build() would give them from the
 // same seed; the others are not made.
-LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep);
+LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep,
+                        bool draw_weights = true);
 
 // A ZeRO-3 stage built without ever being whole in memory: the layers `keep`, made one by one
 // with build_layers' weights. As each layer is made, the elements of its parameters that fall
 // within [begin, end) of the stage's parameters laid end to end in model order (FlatParams'
 // layout) are copied into `partition` (fp32, on the host), and the parameter's own memory is
 // released: `model`'s parameters keep their shapes, with no memory behind them until ZeRO-3 gives
-// them its gathered buffers (they must not be read before). `content_hash`: of every parameter's
-// values, in order, for comparing what the ranks drew.
+// them its gathered buffers (they must not be read before). Only the layers with elements in the
+// range draw their weights, and the smallest layer with parameters, which every rank draws:
+// `content_hash` is of its values, for comparing what the ranks drew. `draw_weights` false (a
+// checkpoint fills the partition): none draws, and the hash is 0.
 struct PartitionedStage {
   LayerStack model{nullptr};
   torch::Tensor partition;
@@ -92,7 +100,8 @@ struct PartitionedStage {
   uint64_t content_hash = 0;
 };
 PartitionedStage build_layers_partitioned(const config::Deck& deck, const InputSpec& input,
-                                          const std::vector<int>& keep, int64_t begin, int64_t end);
+                                          const std::vector<int>& keep, int64_t begin, int64_t end,
+                                          bool draw_weights = true);
 
 // The layer list as plain data (model/layer_info.hpp): each layer's parameters and
 // floating-point buffers by full name and shape, and one sample's shape leaving it (the

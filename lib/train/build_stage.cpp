@@ -151,7 +151,7 @@ void check_built_as_described(const std::vector<model::LayerInfo>& built,
 
 }  // namespace
 
-StageParts build_stage(const config::Deck& deck, const Connection& conn) {
+StageParts build_stage(const config::Deck& deck, const Connection& conn, bool weights_from_checkpoint) {
   StageParts st;
   open_dataset(deck, conn, st);
   st.sampler = std::make_unique<data::GlobalSampler>(st.train_split->size(), deck.optim.global_batch,
@@ -178,7 +178,10 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   // are reduced to this rank's partition as the layer is made, so not even the stage is ever whole.
   // (Otherwise, at pp = 1, the whole model is built before the memory check, which counts it as
   // what the rank holds already: it is, until the flat buffers take its parameters over.) A layer a
-  // host cannot allocate at all is bad input on every rank (agreed).
+  // host cannot allocate at all is bad input on every rank (agreed). A resume's checkpoint fills
+  // every parameter next: no layer needs to draw its weights then, and under ZeRO-3 a layer
+  // outside the rank's partition never does.
+  const bool draw = !weights_from_checkpoint;
   const model::InputSpec input = input_spec(deck, *st.train_split);
   const auto seed = static_cast<uint64_t>(deck.run.seed);
   const bool partitioned = deck.parallel.zero == 3;
@@ -195,7 +198,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
                                     share.text + "; at parallel.pp = 1 every rank builds the whole model, where ZeRO-3 "
                                                  "(parallel.zero = 3) keeps a partition of each layer as it is "
                                                  "made and a pipeline (parallel.pp) builds a stage on each");
-      whole = agreed(conn, [&] { return model::build(deck, input); });
+      whole = agreed(conn, [&] { return model::build(deck, input, draw); });
     }
     layers = model::describe_layers(whole, input);
     check_built_as_described(layers, model::describe_model(deck, input));
@@ -222,11 +225,11 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
     if (partitioned) {
       const auto range = parallel::ElementPartition(st.plan->stage_parameters(stage), conn.dp_comm->size())
                              .range(conn.dp_comm->rank());
-      own_partition =
-          agreed(conn, [&] { return model::build_layers_partitioned(deck, input, kept, range.begin, range.end); });
+      own_partition = agreed(
+          conn, [&] { return model::build_layers_partitioned(deck, input, kept, range.begin, range.end, draw); });
       st.model = own_partition->model;
     } else {
-      st.model = agreed(conn, [&] { return model::build_layers(deck, input, kept); });
+      st.model = agreed(conn, [&] { return model::build_layers(deck, input, kept, draw); });
     }
     std::vector<model::LayerInfo> described;  // this stage's layers of the plan's list
     for (int l : kept) described.push_back(st.plan->layers().at(static_cast<size_t>(l)));
@@ -234,12 +237,12 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn) {
   }
   // Every rank of a dp group built the same stage from the seed, unless some nodes' LibTorch
   // draws the numbers differently: compared on the host, before anything is on a device. A
-  // partitioned stage is compared by the hash of what each rank drew: each element lives in one
-  // rank's partition only, so the model is one model whatever the ranks drew; only its buffers
-  // are made identical.
+  // partitioned stage is compared by the hash of a layer every rank drew: each element lives in
+  // one rank's partition only, so the model is one model whatever the ranks drew; only its buffers
+  // are made identical. Weights a checkpoint fills next are not compared.
   {
     comm::MpiCommunicator dp_group(conn.topology->dp_group());
-    std::vector<at::Tensor> state = own_partition ? std::vector<at::Tensor>{} : st.model->parameters();
+    std::vector<at::Tensor> state = own_partition || !draw ? std::vector<at::Tensor>{} : st.model->parameters();
     for (const auto& b : st.model->buffers()) state.push_back(b);
     const bool params_differed = own_partition && !comm::same_on_every_rank(dp_group, own_partition->content_hash);
     if ((comm::make_identical(dp_group, state) || params_differed) && dp_group.rank() == 0)

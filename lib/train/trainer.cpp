@@ -299,7 +299,7 @@ Trainer::Trainer(const config::Deck& deck, MPI_Comm comm, const std::string& res
     s.conn = connect(s.deck, comm, s.watchdog->enabled());
     startup_fault_if_asked(s.conn.world.rank);
     const ResumeFrom from = resolve_resume(s.deck, s.conn, resume);
-    s.stage = build_stage(s.deck, s.conn);
+    s.stage = build_stage(s.deck, s.conn, /*weights_from_checkpoint=*/!from.path.empty());
     s.startup_peak_bytes = report::peak_rss_bytes();
     s.restored = restore(s.deck, s.conn, s.stage, from);
     s.restored.new_run = resume == "never";

@@ -128,8 +128,9 @@ struct Trainer::State {
 Connection connect(const config::Deck& deck, MPI_Comm comm, bool watched);
 // build_stage: opens and checks the dataset, plans the layout from the whole model's layer list,
 // keeps this rank's stage and builds what trains it (pipeline, flat buffers, gradient sync,
-// optimizer, loss scaler). Collective.
-StageParts build_stage(const config::Deck& deck, const Connection& conn);
+// optimizer, loss scaler). Collective. `weights_from_checkpoint`: restore fills every parameter
+// next, so the model's layers need not draw initial weights (the GPT's do not).
+StageParts build_stage(const config::Deck& deck, const Connection& conn, bool weights_from_checkpoint = false);
 // restore, in two halves: resolve_resume settles --resume (auto | never | PATH) to a verified
 // file or none before the stage is built (a bad --resume is reported before the dataset is
 // opened); restore loads it into the stage, whatever layout wrote it (step 0 when none).

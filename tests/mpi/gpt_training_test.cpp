@@ -181,28 +181,34 @@ TEST(GptPrecision, Bf16WithZero3AndPipelineTrainsLikeBf16Ddp) {
   }
 }
 
-// A GPT checkpoint (pp = 2 when there are 2 ranks) resumes bit for bit: 3 steps, stop, resume,
-// 3 more steps give the losses and parameters of 6 steps straight.
+// A GPT checkpoint (pp = 2 when there are 2 ranks; and under ZeRO-3, whose ranks build only
+// their partitions) resumes bit for bit: 3 steps, stop, resume, 3 more steps give the losses and
+// parameters of 6 steps straight. (A resumed GPT draws no initial weights: the checkpoint gives
+// every parameter, which this compares.)
 TEST(GptCheckpoint, ResumeIsBitExact) {
   if (world_size() > 2) GTEST_SKIP() << "np 1 and 2 cover it";
-  auto deck = tiny_gpt_deck("gpt_resume");
-  deck.run.max_steps = 6;
-  if (world_size() == 2) deck.parallel.pp = 2;
-  const auto straight = train_on(deck, MPI_COMM_WORLD, "straight");
-  deck.run.output_dir = shared_scratch_dir() + "/gpt_resume_stopped";
-  auto first = deck;
-  first.run.max_steps = 3;
-  train::Trainer(first, MPI_COMM_WORLD, "never").run();
-  train::Trainer resumed(deck, MPI_COMM_WORLD, "auto");
-  const auto result = resumed.run();
-  EXPECT_EQ(result.first_step, 3);
-  ASSERT_EQ(result.logged_losses.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(result.logged_losses[i], straight.result.logged_losses[i + 3]);
-  const auto params = resumed.full_parameters();
-  ASSERT_EQ(params.size(), straight.params.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    EXPECT_TRUE(torch::equal(params[i].second, straight.params[i].second)) << params[i].first;
-  // Every tensor of the final files, AdamW's moments and each rank's RNG state included.
-  expect_identical_checkpoints(straight.output_dir + "/checkpoints/step_0000006.h5",
-                               deck.run.output_dir + "/checkpoints/step_0000006.h5", "gpt resumed at step 3");
+  for (const int zero : {0, 3}) {
+    const std::string name = "gpt_resume_zero" + std::to_string(zero);
+    auto deck = tiny_gpt_deck(name);
+    deck.run.max_steps = 6;
+    deck.parallel.zero = zero;
+    if (world_size() == 2 && zero == 0) deck.parallel.pp = 2;
+    const auto straight = train_on(deck, MPI_COMM_WORLD, "straight_" + name);
+    deck.run.output_dir = shared_scratch_dir() + "/" + name + "_stopped";
+    auto first = deck;
+    first.run.max_steps = 3;
+    train::Trainer(first, MPI_COMM_WORLD, "never").run();
+    train::Trainer resumed(deck, MPI_COMM_WORLD, "auto");
+    const auto result = resumed.run();
+    EXPECT_EQ(result.first_step, 3);
+    ASSERT_EQ(result.logged_losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(result.logged_losses[i], straight.result.logged_losses[i + 3]) << name;
+    const auto params = resumed.full_parameters();
+    ASSERT_EQ(params.size(), straight.params.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[i].second, straight.params[i].second)) << name << " " << params[i].first;
+    // Every tensor of the final files, AdamW's moments and each rank's RNG state included.
+    expect_identical_checkpoints(straight.output_dir + "/checkpoints/step_0000006.h5",
+                                 deck.run.output_dir + "/checkpoints/step_0000006.h5", name + " resumed at step 3");
+  }
 }

@@ -257,6 +257,10 @@ TEST(ModelBuilders, PartitionsOfAStageAreItsParametersEndToEnd) {
       torch::manual_seed(11);
       EXPECT_NE(other.content_hash, model::build_layers_partitioned(deck, input, keep, 0, 0).content_hash);
       EXPECT_ANY_THROW(model::build_layers_partitioned(deck, input, keep, 0, n + 1));
+      // Left for a checkpoint: nothing drawn, every element NaN until it is filled.
+      const auto undrawn = model::build_layers_partitioned(deck, input, keep, 1, n, /*draw_weights=*/false);
+      EXPECT_TRUE(undrawn.partition.isnan().all().item<bool>()) << deck.model.kind;
+      EXPECT_EQ(undrawn.content_hash, 0u);
     }
   }
 }
