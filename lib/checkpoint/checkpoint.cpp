@@ -921,7 +921,7 @@ void Reader::read_flat_into(const std::string& group, const std::vector<TensorEn
                             int64_t end, const at::Tensor& out, int64_t chunk_elements) const {
   TRIDENT_CHECK(out.numel() == end - begin && chunk_elements > 0,
                 fmt::format("read_flat_into: {} elements asked into a tensor of {}", end - begin, out.numel()));
-  if (!(out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == at::kFloat)) {
+  if (!(out.device().is_cpu() && out.dim() == 1 && out.is_contiguous() && out.scalar_type() == at::kFloat)) {
     const at::Tensor flat_out = out.view({-1});  // (a 1-D flat buffer's slice: a view)
     at::Tensor buffer = at::empty({std::min(chunk_elements, end - begin)}, at::kFloat);
     for (int64_t from = begin; from < end; from += chunk_elements) {

@@ -139,9 +139,10 @@ class Reader {
   // Elements [begin, end) of a stage's flat buffer, assembled from the tensors of `entries`.
   at::Tensor read_flat(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin,
                        int64_t end) const;
-  // The same into `out` (end - begin elements): straight into it when it is fp32, contiguous and in
-  // host memory; otherwise (a GPU's) through one host buffer of at most `chunk_elements`, so that
-  // restoring a state to a device never holds a whole tensor of it on the host.
+  // The same into `out` (end - begin elements, viewable as 1-D): straight into it when it is 1-D,
+  // fp32, contiguous and in host memory; otherwise (a GPU's) through one host buffer of at most
+  // `chunk_elements`, so that restoring a state to a device never holds a whole tensor of it on
+  // the host.
   void read_flat_into(const std::string& group, const std::vector<TensorEntry>& entries, int64_t begin, int64_t end,
                       const at::Tensor& out, int64_t chunk_elements = int64_t{1} << 24) const;
   at::Tensor read_tensor(const std::string& dataset) const;

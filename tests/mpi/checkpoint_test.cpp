@@ -309,6 +309,9 @@ TEST(Checkpoint, TensorsLargerThanOneWriteRoundTripExactly) {
   at::Tensor every_other = torch::zeros({2 * (used - 3)}).slice(0, 0, 2 * (used - 3), 2);
   reader.read_flat_into("params", params, 3, used, every_other, /*chunk_elements=*/100003);
   EXPECT_TRUE(torch::equal(every_other, all.narrow(0, 3, used - 3)));
+  at::Tensor rows = torch::zeros({1, used - 3});  // not 1-D: also a chunk at a time, flattened
+  reader.read_flat_into("params", params, 3, used, rows);
+  EXPECT_TRUE(torch::equal(rows.view({-1}), all.narrow(0, 3, used - 3)));
   EXPECT_ANY_THROW(reader.read_flat_into("params", params, 0, used, into));  // too small
   EXPECT_EQ(checkpoint::verify(path), "");
 }
