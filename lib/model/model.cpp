@@ -161,31 +161,33 @@ class LayerDescriber {
   bool tokens_;
 };
 
-}  // namespace
-
-LayerStack build(const config::Deck& deck, const InputSpec& input, bool draw_weights) {
+// The layers `keep` selects, each drawing its weights, or (draw_weights false) left NaN for a
+// checkpoint to fill.
+std::vector<Layer> make_layers(const config::Deck& deck, const InputSpec& input,
+                               const std::function<bool(size_t)>& keep, bool draw_weights) {
   std::vector<Layer> layers;
   build_each_layer(
-      deck, input, [](size_t) { return true; },
+      deck, input, keep,
       [&](Layer layer) {
         if (!draw_weights) fill_undrawn(layer);
         layers.push_back(std::move(layer));
       },
       [&](size_t) { return draw_weights; });
-  return LayerStack(std::move(layers));
+  return layers;
+}
+
+}  // namespace
+
+LayerStack build(const config::Deck& deck, const InputSpec& input, bool draw_weights) {
+  return LayerStack(make_layers(deck, input, [](size_t) { return true; }, draw_weights));
 }
 
 LayerStack build_layers(const config::Deck& deck, const InputSpec& input, const std::vector<int>& keep,
                         bool draw_weights) {
   TRIDENT_CHECK(std::is_sorted(keep.begin(), keep.end()), "build_layers: the layers to keep must be in model order");
-  std::vector<Layer> layers;
-  build_each_layer(
+  std::vector<Layer> layers = make_layers(
       deck, input, [&](size_t layer) { return std::binary_search(keep.begin(), keep.end(), static_cast<int>(layer)); },
-      [&](Layer layer) {
-        if (!draw_weights) fill_undrawn(layer);
-        layers.push_back(std::move(layer));
-      },
-      [&](size_t) { return draw_weights; });
+      draw_weights);
   TRIDENT_CHECK(layers.size() == keep.size(), "build_layers: a layer to keep is past the model's last");
   return LayerStack(std::move(layers));
 }
@@ -251,7 +253,6 @@ PartitionedStage build_layers_partitioned(const config::Deck& deck, const InputS
         release_free_heap();
       },
       [&](size_t layer) { return draw_weights && (in_range(layer) || layer == hashed); });
-  TRIDENT_CHECK(layers.size() == keep.size(), "build_layers_partitioned: a layer to keep is past the model's last");
   TRIDENT_CHECK(offset == total, fmt::format("build_layers_partitioned: {} elements made where {} were described",
                                              offset, total));
   stage.model = LayerStack(std::move(layers));

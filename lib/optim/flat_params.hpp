@@ -39,7 +39,7 @@ class FlatParams {
   int64_t own_partition_begin = 0;
   std::vector<ParamSlot> slots;
 
-  int64_t numel() const { return numel_; }  // also once ZeRO-3 has released `params`
+  int64_t numel() const { return numel_; }  // also where `params` is undefined (ZeRO-3)
   std::vector<int64_t> numels() const;
   void zero_grad() { grads.zero_(); }
 

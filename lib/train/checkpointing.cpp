@@ -130,13 +130,10 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
     torch::NoGradGuard no_grad;
     // Straight into place on the host (a fresh buffer and a copy touched every byte of the state
     // twice, and held the largest tensor twice); to a device a chunk at a time.
-    const auto read_into = [&](const std::string& group, const at::Tensor& into, int64_t begin, int64_t end) {
-      reader.read_flat_into(group, mine, begin, end, into);
-    };
     if (st.grad_sync->params_partitioned())
-      read_into("params", st.grad_sync->optimizer_params(), range.begin, range.end);
+      reader.read_flat_into("params", mine, range.begin, range.end, st.grad_sync->optimizer_params());
     else
-      read_into("params", st.grad_sync->full_params(), 0, n);
+      reader.read_flat_into("params", mine, 0, n, st.grad_sync->full_params());
     st.optimizer->allocate_state(st.grad_sync->optimizer_params());
     for (auto& [name, state] : st.optimizer->state()) {
       if (decks.momentum_started && name == "momentum_buffer") continue;  // zero, as allocated
@@ -147,7 +144,7 @@ Restored load_checkpoint(const config::Deck& deck, const Connection& conn, Stage
         fatal_all(fmt::format("{} ({})", e.what(), restored.deck_changes));
       }
       const bool part = st.grad_sync->sharded();
-      read_into("optim/" + name, state, part ? range.begin : 0, part ? range.end : n);
+      reader.read_flat_into("optim/" + name, mine, part ? range.begin : 0, part ? range.end : n, state);
     }
     st.optimizer->set_steps(meta.optimizer_steps);
     // fp16 continues with the saved loss scale (a checkpoint of an fp32/bf16 run has none: the
