@@ -284,28 +284,6 @@ namespace {
 // Tensors are float32; the RNG states (/rng/cpu) are bytes.
 hid_t file_type(at::ScalarType type) { return type == at::kByte ? H5T_STD_U8LE : H5T_IEEE_F32LE; }
 
-// Elements [lo, hi) of a tensor into `out` (contiguous, of the stored type), checked (detail::read_checked_into).
-void read_checked_into(hid_t dataset, const std::string& path, const std::string& name,
-                       const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi, const at::Tensor& out) {
-  detail::read_checked_into(dataset, path, name, blocks, lo, hi, out.data_ptr(), out.element_size());
-}
-
-void read_checked_into(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi,
-                       const at::Tensor& out) {
-  read_checked_into(dataset, path, name, checksum_blocks(dataset, path, name), lo, hi, out);
-}
-
-at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name,
-                        const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi) {
-  at::Tensor out = at::empty({hi - lo}, stored_element_bytes(dataset) == 1 ? at::kByte : at::kFloat);
-  read_checked_into(dataset, path, name, blocks, lo, hi, out);
-  return out;
-}
-
-at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi) {
-  return read_checked(dataset, path, name, checksum_blocks(dataset, path, name), lo, hi);
-}
-
 }  // namespace
 
 // ---- save ----------------------------------------------------------------------------------
@@ -872,7 +850,29 @@ std::string BackgroundSave::commit() {
 
 // ---- read ----------------------------------------------------------------------------------
 
-Reader::Reader(const std::string& path) : path_(path) { file_ = open_checked(path, meta_); }
+namespace {
+
+// Elements [lo, hi) of a tensor into `out` (contiguous, of the stored type), checked
+// (detail::read_checked_into); adds the blocks it checksummed to `checksummed`.
+void read_checked_into(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi,
+                       const at::Tensor& out, const VerifiedBlocks* verified, int64_t& checksummed) {
+  checksummed += detail::read_checked_into(dataset, path, name, checksum_blocks(dataset, path, name), lo, hi,
+                                           out.data_ptr(), out.element_size(), verified);
+}
+
+at::Tensor read_checked(hid_t dataset, const std::string& path, const std::string& name, int64_t lo, int64_t hi,
+                        const VerifiedBlocks* verified, int64_t& checksummed) {
+  at::Tensor out = at::empty({hi - lo}, stored_element_bytes(dataset) == 1 ? at::kByte : at::kFloat);
+  read_checked_into(dataset, path, name, lo, hi, out, verified, checksummed);
+  return out;
+}
+
+}  // namespace
+
+Reader::Reader(const std::string& path, const VerifiedBlocks* verified) : path_(path) {
+  file_ = open_checked(path, meta_);
+  if (verified && verified->same_file(path)) verified_ = verified;
+}
 
 Reader::~Reader() {
   std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
@@ -939,7 +939,8 @@ void Reader::read_flat_into(const std::string& group, const std::vector<TensorEn
     const std::string name = dataset_name(group, t.name);
     read_or_refuse(path_, name, [&] {
       Hid dataset(HDF5_CHECK(H5Dopen2(*file_, name.c_str(), H5P_DEFAULT)));
-      read_checked_into(dataset, path_, name, lo - t.offset, hi - t.offset, out.narrow(0, lo - begin, hi - lo));
+      read_checked_into(dataset, path_, name, lo - t.offset, hi - t.offset, out.narrow(0, lo - begin, hi - lo),
+                        verified_, checksummed_);
     });
   }
 }
@@ -953,7 +954,7 @@ at::Tensor Reader::read_rng_state(int rank, const std::string& kind) const {
     const auto shape = hdf5::dataset_shape(dataset);
     if (shape.size() != 2 || rank >= static_cast<int>(shape[0])) return at::Tensor();
     const auto bytes = static_cast<int64_t>(shape[1]);
-    return read_checked(dataset, path_, name, rank * bytes, (rank + 1) * bytes);
+    return read_checked(dataset, path_, name, rank * bytes, (rank + 1) * bytes, verified_, checksummed_);
   });
 }
 
@@ -965,7 +966,7 @@ at::Tensor Reader::read_tensor(const std::string& name) const {
     Hid dataset(HDF5_CHECK(H5Dopen2(*file_, name.c_str(), H5P_DEFAULT)));
     int64_t numel = 1;
     for (auto d : hdf5::dataset_shape(dataset)) numel *= static_cast<int64_t>(d);
-    return read_checked(dataset, path_, name, 0, numel);
+    return read_checked(dataset, path_, name, 0, numel, verified_, checksummed_);
   });
 }
 
@@ -974,7 +975,8 @@ namespace {
 // `latest` in `dir` if it verifies, else the newest step_*.h5 that does; "" when none does, with
 // `skipped` saying why each was passed over. Rank 0 lists the candidates; every rank then checks
 // the same ones, in the same order. Collective.
-std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std::string& skipped) {
+std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std::string& skipped,
+                            VerifiedBlocks* verified) {
   // One line per candidate, its first character saying what it is: '+' a file to verify, '!' a
   // `latest` naming no step file (a tag of its own, not a prefix of the path: any path can start
   // with '!').
@@ -1005,7 +1007,7 @@ std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std
     }
     if (std::find(tried.begin(), tried.end(), c) != tried.end()) continue;
     tried.push_back(c);
-    const std::string problem = verify_collective(c, comm);
+    const std::string problem = verify_collective(c, comm, verified);
     if (problem.empty()) return c;
     skipped += " (skipped " + problem + ")";
   }
@@ -1014,7 +1016,9 @@ std::string newest_verified(const std::string& dir, MPI_Comm comm, int rank, std
 
 }  // namespace
 
-std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note, MPI_Comm comm) {
+std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note, MPI_Comm comm,
+                           VerifiedBlocks* verified) {
+  if (verified) verified->forget();
   if (mode == "never") {
     note = "--resume never: starting fresh";
     return "";
@@ -1027,12 +1031,12 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
     const std::string path = mode.substr(5);
     if (path.empty() || path == "auto" || path == "never" || path.rfind("auto:", 0) == 0)
       fatal_all(fmt::format("--resume {}: auto:PATH needs a checkpoint file or folder after 'auto:'", mode));
-    const std::string own = resolve_resume(dir, "auto", note, comm);
+    const std::string own = resolve_resume(dir, "auto", note, comm, verified);
     if (!own.empty()) {
       note = fmt::format("--resume {}: this run has checkpoints of its own; {}", mode, note);
       return own;
     }
-    const std::string file = resolve_resume(dir, path, note, comm);
+    const std::string file = resolve_resume(dir, path, note, comm, verified);
     note = fmt::format("--resume {}: no checkpoint of this run in {} yet; {}", mode, dir, note);
     return file;
   }
@@ -1040,7 +1044,7 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   std::string skipped;
   if (mode == "auto") {
-    const std::string found = newest_verified(dir, comm, rank, skipped);
+    const std::string found = newest_verified(dir, comm, rank, skipped, verified);
     // Checkpoints that all fail verification are not "none": starting over would quietly throw
     // the run away (and a chain would go on from step 0). The user decides.
     if (found.empty() && !skipped.empty())
@@ -1073,14 +1077,14 @@ std::string resolve_resume(const std::string& dir, const std::string& mode, std:
   folder = comm::broadcast(comm, folder);
   file = comm::broadcast(comm, file);
   if (!folder.empty()) {
-    const std::string found = newest_verified(folder, comm, rank, skipped);
+    const std::string found = newest_verified(folder, comm, rank, skipped, verified);
     if (found.empty())
       fatal_all(skipped.empty() ? fmt::format("--resume {}: {} holds no checkpoint (step_*.h5)", mode, folder)
                                 : fmt::format("--resume {}: no checkpoint in {} verifies{}", mode, folder, skipped));
     note = fmt::format("--resume {}: resuming from {}{}", mode, found, skipped);
     return found;
   }
-  const std::string problem = verify_collective(file, comm);
+  const std::string problem = verify_collective(file, comm, verified);
   if (!problem.empty()) fatal_all(problem);
   note = "resuming from " + file + (file == mode ? "" : " (named by " + mode + ")");
   return file;

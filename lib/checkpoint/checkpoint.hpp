@@ -123,11 +123,12 @@ class BackgroundSave {
   std::unique_ptr<Impl> impl_;
 };
 
-// Reads a checkpoint; every read block is checked against its CRC-32. Problems throw BadInput
-// naming the file and the tensor.
+// Reads a checkpoint; every read block is checked against its CRC-32, except the blocks of
+// `verified` (optional: what this rank checked while verifying the same file, still unchanged;
+// read without a second checksum). Problems throw BadInput naming the file and the tensor.
 class Reader {
  public:
-  explicit Reader(const std::string& path);
+  explicit Reader(const std::string& path, const VerifiedBlocks* verified = nullptr);
   ~Reader();
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
@@ -150,9 +151,13 @@ class Reader {
   // tensor when the file has none for that rank (an older file, fewer ranks wrote it, or it was
   // written on CPUs and "cuda" is asked for).
   at::Tensor read_rng_state(int rank, const std::string& kind = "cpu") const;
+  // Blocks checksummed so far (the ones `verified` held are not).
+  int64_t blocks_checksummed() const { return checksummed_; }
 
  private:
   std::string path_;
+  const VerifiedBlocks* verified_ = nullptr;  // null unless the file is the one verified
+  mutable int64_t checksummed_ = 0;
   std::unique_ptr<hdf5::Hid> file_;  // core/hdf5.hpp, kept out of this header
   Meta meta_;
 };
@@ -163,7 +168,9 @@ class Reader {
 // some and none verifies); a checkpoint file -> that file (must
 // verify); a folder (a checkpoints folder, or a run folder holding one) -> as auto there, but a
 // checkpoint must be found; a `latest` file -> the file it names. `note` says which.
-// Collective: the ranks verify each candidate together.
-std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note, MPI_Comm comm);
+// Collective: the ranks verify each candidate together; `verified` (optional) is given the
+// blocks of the returned file that this rank checked, for its Reader.
+std::string resolve_resume(const std::string& dir, const std::string& mode, std::string& note, MPI_Comm comm,
+                           VerifiedBlocks* verified = nullptr);
 
 }  // namespace trident::checkpoint

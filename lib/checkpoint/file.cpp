@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (in format.h before fmt 11)
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -175,21 +176,27 @@ std::vector<hdf5::Crc32Block> checksum_blocks(hid_t dataset, const std::string& 
   return blocks;
 }
 
-void read_checked_into(hid_t dataset, const std::string& path, const std::string& name,
-                       const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi, void* out,
-                       size_t element_bytes) {
+int64_t read_checked_into(hid_t dataset, const std::string& path, const std::string& name,
+                          const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi, void* out,
+                          size_t element_bytes, const VerifiedBlocks* verified) {
   auto* const into = static_cast<unsigned char*>(out);
   ScratchBytes aside;
-  int64_t covered = 0;
+  int64_t covered = 0, checksummed = 0;
   for (const auto [begin, end, crc] : blocks) {
     if (end <= lo || begin >= hi) continue;
     const int64_t from = std::max(lo, begin), to = std::min(hi, end);
+    covered += to - from;
+    if (verified && verified->covers(name, begin, end)) {  // checked moments ago: just its part, into place
+      read_elements_into(dataset, from, to, into + static_cast<size_t>(from - lo) * element_bytes, element_bytes);
+      continue;
+    }
     // A block inside the range is read straight into place; one that sticks out, whole and aside.
     const bool inside = from == begin && to == end;
     const auto bytes = static_cast<size_t>(end - begin) * element_bytes;
     unsigned char* const block =
         inside ? into + static_cast<size_t>(begin - lo) * element_bytes : aside.at_least(bytes);
     read_elements_into(dataset, begin, end, block, element_bytes);
+    ++checksummed;
     if (crc_of(block, bytes) != static_cast<uint32_t>(crc))
       fatal_all(fmt::format("checkpoint {}: tensor {} is damaged (checksum mismatch in elements {}..{})", path, name,
                             begin, end));
@@ -197,11 +204,11 @@ void read_checked_into(hid_t dataset, const std::string& path, const std::string
       std::memcpy(into + static_cast<size_t>(from - lo) * element_bytes,
                   block + static_cast<size_t>(from - begin) * element_bytes,
                   static_cast<size_t>(to - from) * element_bytes);
-    covered += to - from;
   }
   if (covered < hi - lo)  // the blocks tile the tensor: only a range past its end gets here
     fatal_all(fmt::format("checkpoint {}: tensor {} has no checksummed block for some of elements {}..{}", path, name,
                           lo, hi));
+  return checksummed;
 }
 
 std::unique_ptr<Hid> open_checked(const std::string& path, Meta& meta) {
@@ -292,30 +299,58 @@ std::unique_ptr<Hid> open_checked(const std::string& path, Meta& meta) {
 
 using namespace detail;
 
-std::string verify(const std::string& path, int part, int parts) {
+namespace {
+
+// What identifies a file's contents for VerifiedBlocks: device, inode, size and modification time
+// ("" when it cannot be read). A file replaced (renamed over) or written since differs.
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return fmt::format("{}:{}:{}:{}.{}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+void VerifiedBlocks::start(const std::string& path) {
+  forget();
+  identity_ = file_identity(path);
+}
+
+bool VerifiedBlocks::same_file(const std::string& path) const {
+  return !identity_.empty() && file_identity(path) == identity_;
+}
+
+std::string verify(const std::string& path, int part, int parts, VerifiedBlocks* verified) {
+  std::string problem;
   try {
     std::lock_guard<std::recursive_mutex> lock(hdf5::mutex());
+    if (verified) verified->start(path);  // (before reading: a write meanwhile changes the identity)
     Meta meta;
     const std::unique_ptr<Hid> file = open_checked(path, meta);  // its metadata checked first
     int64_t index = 0;  // of the block across the file: blocks are dealt out to the parts in turn
     ScratchBytes bytes;
     for (const auto& name : hdf5::dataset_names(*file)) {
       Hid dataset(H5Dopen2(*file, name.c_str(), H5P_DEFAULT));
-      if (!dataset.valid()) return fmt::format("checkpoint {}: tensor {} cannot be opened", path, name);
+      if (!dataset.valid()) {
+        problem = fmt::format("checkpoint {}: tensor {} cannot be opened", path, name);
+        break;
+      }
       const auto blocks = checksum_blocks(dataset, path, name);  // read once per tensor; throws if bad
       const size_t element_bytes = stored_element_bytes(dataset);
       for (const auto& block : blocks) {
         if (index++ % parts != part) continue;
         read_checked_into(dataset, path, name, blocks, block.begin, block.end,
                           bytes.at_least(static_cast<size_t>(block.end - block.begin) * element_bytes), element_bytes);
+        if (verified) verified->add(name, block.begin, block.end);
       }
     }
   } catch (const BadInput& e) {
-    return e.what();
+    problem = e.what();
   } catch (const Fault& e) {
-    return fmt::format("checkpoint {}: unreadable ({})", path, e.what());
+    problem = fmt::format("checkpoint {}: unreadable ({})", path, e.what());
   }
-  return "";
+  if (verified && !problem.empty()) verified->forget();
+  return problem;
 }
 
 bool is_checkpoint(const std::string& path) {
@@ -326,11 +361,13 @@ bool is_checkpoint(const std::string& path) {
   return file.valid() && H5Aexists(file, "meta") > 0;
 }
 
-std::string verify_collective(const std::string& path, MPI_Comm comm) {
+std::string verify_collective(const std::string& path, MPI_Comm comm, VerifiedBlocks* verified) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  return comm::first_error(comm, verify(path, rank, size));
+  const std::string verdict = comm::first_error(comm, verify(path, rank, size, verified));
+  if (verified && !verdict.empty()) verified->forget();  // (another rank's block failed)
+  return verdict;
 }
 
 std::string describe(const std::string& path, std::string& problem) {

@@ -5,7 +5,9 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <tuple>
 
 namespace trident::checkpoint {
 
@@ -27,12 +29,33 @@ struct Meta {
   int64_t epoch_loss_steps = 0;
 };
 
+// The blocks of one checkpoint file that this rank checked against their CRC-32 while verifying
+// it, so that its reader (a resume's load, right after) does not checksum them again: at np 1 a
+// resume checked every block twice. Tied to the file as it was then (device, inode, size and
+// modification time): a reader of a file replaced or rewritten since checks every block.
+class VerifiedBlocks {
+ public:
+  void start(const std::string& path);  // forgets the blocks held; `path` is the file now verified
+  void add(const std::string& dataset, int64_t begin, int64_t end) { blocks_.emplace(dataset, begin, end); }
+  void forget() { *this = VerifiedBlocks(); }
+  bool same_file(const std::string& path) const;  // `path` is still the file that was verified
+  bool covers(const std::string& dataset, int64_t begin, int64_t end) const {
+    return blocks_.count({dataset, begin, end}) > 0;
+  }
+  size_t size() const { return blocks_.size(); }
+
+ private:
+  std::string identity_;  // "" when no file was verified
+  std::set<std::tuple<std::string, int64_t, int64_t>> blocks_;
+};
+
 // Every block of every tensor re-read and checked; "" when the file is sound, else why not.
-// With parts > 1, only the blocks dealt to `part` (blocks are dealt out in turn).
-std::string verify(const std::string& path, int part = 0, int parts = 1);
+// With parts > 1, only the blocks dealt to `part` (blocks are dealt out in turn). `verified`
+// (optional) is given the blocks checked, or emptied when the file is not sound.
+std::string verify(const std::string& path, int part = 0, int parts = 1, VerifiedBlocks* verified = nullptr);
 // verify() shared out over the ranks of `comm`, each reading 1/size of the blocks; every rank
-// gets the verdict. Collective.
-std::string verify_collective(const std::string& path, MPI_Comm comm);
+// gets the verdict, and in `verified` (optional) the blocks it checked itself. Collective.
+std::string verify_collective(const std::string& path, MPI_Comm comm, VerifiedBlocks* verified = nullptr);
 // A listing for `trident inspect`: metadata, each tensor with shape and dtype, and the verdict
 // of verify(), which is also returned in `problem` ("" when sound), so the file is read once.
 std::string describe(const std::string& path, std::string& problem);

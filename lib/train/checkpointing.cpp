@@ -83,13 +83,15 @@ std::string checkpoint_fingerprint(const std::string& path, const checkpoint::Me
 }
 
 // Restores parameters, optimizer state, buffers and the step from `path`, whatever layout wrote it.
-Restored load_checkpoint(const config::Deck& deck, const Connection& conn, StageParts& st, const std::string& path) {
+// `verified`: the blocks of `path` this rank checksummed while verifying it (not checked again).
+Restored load_checkpoint(const config::Deck& deck, const Connection& conn, StageParts& st, const std::string& path,
+                         const checkpoint::VerifiedBlocks* verified) {
   Restored restored;
   Stopwatch watch;
   std::string error;
   std::optional<checkpoint::Reader> opened;
   try {
-    opened.emplace(path);
+    opened.emplace(path, verified);
   } catch (const BadInput& e) {
     error = e.what();
   }
@@ -317,7 +319,7 @@ ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, cons
   ResumeFrom from;
   Stopwatch verifying;
   try {
-    from.path = checkpoint::resolve_resume(checkpoint_dir(deck), resume, note, conn.world.comm);
+    from.path = checkpoint::resolve_resume(checkpoint_dir(deck), resume, note, conn.world.comm, &from.verified);
   } catch (const BadInput& e) {
     error = e.what();
   }
@@ -394,7 +396,7 @@ checkpoint::Retention retention_of(const config::Deck& deck, const Connection& c
 
 Restored restore(const config::Deck& deck, const Connection& conn, StageParts& st, const ResumeFrom& from) {
   if (from.path.empty()) return {};
-  Restored restored = load_checkpoint(deck, conn, st, from.path);
+  Restored restored = load_checkpoint(deck, conn, st, from.path, &from.verified);
   restored.read_seconds += from.verify_seconds;
   return restored;
 }

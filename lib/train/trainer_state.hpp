@@ -139,6 +139,7 @@ struct ResumeFrom {
   std::string path;  // "" for a fresh start
   std::string note;  // which, and what was passed over (logged once the run has started)
   double verify_seconds = 0;
+  checkpoint::VerifiedBlocks verified;  // the blocks of `path` this rank checked: its load skips them
 };
 ResumeFrom resolve_resume(const config::Deck& deck, const Connection& conn, const std::string& resume);
 Restored restore(const config::Deck& deck, const Connection& conn, StageParts& stage, const ResumeFrom& from);

@@ -46,6 +46,37 @@ void expect_bit_exact_resume(config::Deck deck, const std::string& name, int64_t
   expect_identical_checkpoints(straight.output_dir + last, dir + last, name + " (" + deck.model.kind + ")");
 }
 
+// Flips one byte of `file` inside the stored values of tensor `dataset`, `at` bytes into them.
+void damage_tensor(const std::string& file, const std::string& dataset, haddr_t at = 100) {
+  haddr_t offset = 0;
+  {
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+    offset = H5Dget_offset(d);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  ASSERT_NE(offset, HADDR_UNDEF);
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(static_cast<std::streamoff>(offset + at));
+  char byte = 0;
+  io.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x5a);
+  io.seekp(static_cast<std::streamoff>(offset + at));
+  io.write(&byte, 1);
+}
+
+// The metadata of a checkpoint at step 1 written by this world (dp = every rank) of run `name`.
+checkpoint::Meta step_one_of_this_world(const std::string& name) {
+  checkpoint::Meta meta;
+  meta.step = 1;
+  meta.global_batch = 1;
+  meta.world = world_size();
+  meta.dp = world_size();
+  meta.deck = "[run]\nname = " + name + "\n";
+  return meta;
+}
+
 }  // namespace
 
 TEST(Checkpoint, ResumeIsBitExactDataParallel) { expect_bit_exact_resume(tiny_deck("cnn", "ck_dp"), "ck_dp"); }
@@ -190,24 +221,7 @@ TEST(Checkpoint, DamageIsDetectedAndAutoFallsBack) {
     // Flip one byte inside the stored values of a tensor.
     const auto damaged = shared_scratch_dir() + "/damaged.h5";
     fs::copy_file(last, damaged, fs::copy_options::overwrite_existing);
-    haddr_t offset = 0;
-    {
-      hid_t f = H5Fopen(damaged.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-      hid_t d = H5Dopen2(f, "/params/fc1.linear.weight", H5P_DEFAULT);
-      offset = H5Dget_offset(d);
-      H5Dclose(d);
-      H5Fclose(f);
-    }
-    ASSERT_NE(offset, HADDR_UNDEF);
-    {
-      std::fstream io(damaged, std::ios::in | std::ios::out | std::ios::binary);
-      io.seekg(static_cast<std::streamoff>(offset + 100));
-      char byte = 0;
-      io.read(&byte, 1);
-      byte = static_cast<char>(byte ^ 0x5a);
-      io.seekp(static_cast<std::streamoff>(offset + 100));
-      io.write(&byte, 1);
-    }
+    damage_tensor(damaged, "/params/fc1.linear.weight");
     const auto problem = checkpoint::verify(damaged);
     EXPECT_NE(problem.find("tensor /params/fc1.linear.weight is damaged"), std::string::npos) << problem;
     // A truncated file.
@@ -277,12 +291,7 @@ TEST(Checkpoint, MetadataRoundTripsIncludingTheLossScale) {
 // offset a partition boundary gives: what is read back equals what was written, element for
 // element, and the file verifies.
 TEST(Checkpoint, TensorsLargerThanOneWriteRoundTripExactly) {
-  checkpoint::Meta meta;
-  meta.step = 1;
-  meta.global_batch = 1;
-  meta.world = world_size();
-  meta.dp = world_size();
-  meta.deck = "[run]\nname = pieces\n";
+  const checkpoint::Meta meta = step_one_of_this_world("pieces");
   // 3 MB + 5 elements, then 1.5 MB: every rank's share starts and ends off a piece boundary.
   const int64_t a = 3 * (int64_t{1} << 18) + 5, b = 3 * (int64_t{1} << 17) + 1;
   const std::vector<checkpoint::TensorEntry> params{{"a", {a}, 0, 0, a}, {"b", {b / 7, 7}, 0, a, b - b % 7}};
@@ -314,6 +323,59 @@ TEST(Checkpoint, TensorsLargerThanOneWriteRoundTripExactly) {
   EXPECT_TRUE(torch::equal(rows.view({-1}), all.narrow(0, 3, used - 3)));
   EXPECT_ANY_THROW(reader.read_flat_into("params", params, 0, used, into));  // too small
   EXPECT_EQ(checkpoint::verify(path), "");
+}
+
+// A resume checks each block's CRC-32 once: a rank's load does not checksum again the blocks the
+// rank checked while verifying the file (the ranks share them out), and reads the same values;
+// it checks all the others. A file replaced since it was verified is checked in full: a copy with
+// one byte damaged, renamed over it, is refused.
+TEST(Checkpoint, ALoadChecksOnlyTheBlocksItsRankDidNotVerify) {
+  const checkpoint::Meta meta = step_one_of_this_world("verified");
+  const int64_t n = 3 * (int64_t{1} << 18) + 5;  // 3 MB, in several writes
+  const std::vector<checkpoint::TensorEntry> params{{"a", {n}, 0, 0, n}};
+  const int64_t begin = n * world_rank() / world_size(), end = n * (world_rank() + 1) / world_size();
+  torch::manual_seed(11);
+  const at::Tensor all = torch::randn({n});
+  checkpoint::Shard shard;
+  shard.begin = begin;
+  shard.end = end;
+  shard.params = all.narrow(0, begin, end - begin).clone();
+  shard.states.emplace_back("m", shard.params * 2);
+  const std::string dir = dir_for("ck_verified", MPI_COMM_WORLD) + "/checkpoints";
+  const std::string path = checkpoint::save(dir, meta, params, {"m"}, {}, shard, MPI_COMM_WORLD, {2, {}});
+  auto read_all = [&](const checkpoint::Reader& reader) {
+    EXPECT_TRUE(torch::equal(reader.read_flat("params", params, 0, n), all));
+    EXPECT_TRUE(torch::equal(reader.read_flat("optim/m", params, 0, n), all * 2));
+  };
+  checkpoint::Reader unverified(path);
+  read_all(unverified);
+  const int64_t blocks = unverified.blocks_checksummed();  // every block of the file
+  EXPECT_EQ(blocks, 2 * world_size());  // a block per tensor and writing rank
+
+  checkpoint::VerifiedBlocks verified;
+  std::string note;
+  ASSERT_EQ(checkpoint::resolve_resume(dir, "auto", note, MPI_COMM_WORLD, &verified), path) << note;
+  int64_t shared_out = static_cast<int64_t>(verified.size());
+  MPI_Allreduce(MPI_IN_PLACE, &shared_out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(shared_out, blocks) << "the ranks' verified blocks are not the file's blocks, each once";
+  checkpoint::Reader reader(path, &verified);
+  read_all(reader);
+  EXPECT_EQ(reader.blocks_checksummed(), blocks - static_cast<int64_t>(verified.size()));
+  if (world_size() == 1) {
+    EXPECT_EQ(reader.blocks_checksummed(), 0);
+  }
+
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    fs::copy_file(path, path + ".new");
+    damage_tensor(path + ".new", "/params/a");
+    fs::rename(path + ".new", path);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  checkpoint::Reader replaced(path, &verified);
+  EXPECT_THROW(replaced.read_flat("params", params, 0, n), BadInput);
+  EXPECT_THROW(checkpoint::resolve_resume(dir, path, note, MPI_COMM_WORLD, &verified), BadInput);
+  EXPECT_EQ(verified.size(), 0u);
 }
 
 // Each rank's random stream continues where it was: the numbers drawn after a resume equal the
