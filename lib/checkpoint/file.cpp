@@ -301,12 +301,14 @@ using namespace detail;
 
 namespace {
 
-// What identifies a file's contents for VerifiedBlocks: device, inode, size and modification time
-// ("" when it cannot be read). A file replaced (renamed over) or written since differs.
+// What identifies a file's contents for VerifiedBlocks: device, inode, size, modification and
+// status-change times ("" when it cannot be read). A file replaced (renamed over) or written
+// since differs, even when the writer put the modification time back (touch -r, rsync -t).
 std::string file_identity(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "";
-  return fmt::format("{}:{}:{}:{}.{}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  return fmt::format("{}:{}:{}:{}.{}:{}.{}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec,
+                     st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
 }
 
 }  // namespace

@@ -31,8 +31,9 @@ struct Meta {
 
 // The blocks of one checkpoint file that this rank checked against their CRC-32 while verifying
 // it, so that its reader (a resume's load, right after) does not checksum them again: at np 1 a
-// resume checked every block twice. Tied to the file as it was then (device, inode, size and
-// modification time): a reader of a file replaced or rewritten since checks every block.
+// resume checked every block twice. Tied to the file as it was then (device, inode, size,
+// modification and status-change times): a reader of a file replaced or rewritten since checks
+// every block.
 class VerifiedBlocks {
  public:
   void start(const std::string& path);  // forgets the blocks held; `path` is the file now verified

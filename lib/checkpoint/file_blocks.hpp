@@ -35,9 +35,9 @@ size_t stored_element_bytes(hid_t dataset);
 // shape says: a damaged list (or shape) is refused before any range in it is allocated or read.
 std::vector<hdf5::Crc32Block> checksum_blocks(hid_t dataset, const std::string& path, const std::string& name);
 // Elements [lo, hi) of a tensor into `out` (hi - lo elements of `element_bytes`, the stored type's), each stored
-// block they touch (of `blocks`) read once, whole, and checked against its CRC-32 before its part is used, unless
-// `verified` holds it (this rank checked it while verifying the same file). Problems throw BadInput naming file
-// and tensor. Returns how many blocks it checksummed.
+// block they touch (of `blocks`) read once, whole, and checked against its CRC-32 before its part is used; a block
+// `verified` holds (this rank checked it while verifying the same file) is not checked again, and only its part is
+// read. Problems throw BadInput naming file and tensor. Returns how many blocks it checksummed.
 int64_t read_checked_into(hid_t dataset, const std::string& path, const std::string& name,
                           const std::vector<hdf5::Crc32Block>& blocks, int64_t lo, int64_t hi, void* out,
                           size_t element_bytes, const VerifiedBlocks* verified = nullptr);
