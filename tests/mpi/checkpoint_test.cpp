@@ -362,7 +362,8 @@ TEST(Checkpoint, ALoadChecksOnlyTheBlocksItsRankDidNotVerify) {
   read_all(reader);
   EXPECT_EQ(reader.blocks_checksummed(), blocks - static_cast<int64_t>(verified.size()));
   // A range ending inside blocks (a ZeRO partition's, another layout's): the part of each.
-  EXPECT_TRUE(torch::equal(reader.read_flat("params", params, n / 3, 2 * n / 3), all.narrow(0, n / 3, 2 * n / 3 - n / 3)));
+  EXPECT_TRUE(torch::equal(reader.read_flat("params", params, n / 3, 2 * n / 3),
+                           all.narrow(0, n / 3, 2 * n / 3 - n / 3)));
   if (world_size() == 1) {
     EXPECT_EQ(reader.blocks_checksummed(), 0);
   }
