@@ -9,6 +9,7 @@
 # results/gpt_gpu.json.
 #   benchmarks/gpt_gpu.sh [BUILD_DIR]
 #   env: LAYERS HEADS D_MODEL SEQ VOCAB MICRO WARMUP STEPS WINDOWS DEVICE (cuda) PRECISION (bf16)
+#        CUDA_GRAPH (both: a row with run.cuda_graph = true, then one without; true; false)
 #        MODES (eager,compile; empty: trident only) PYTHON (python3) MPIEXEC (mpiexec)
 #        PROFILE (a folder: after the timing, a trace of two steps of each implementation there,
 #        summarised by benchmarks/profile_summary.py)
@@ -24,41 +25,63 @@ profile=${PROFILE:+$(mkdir -p "$PROFILE" && cd "$PROFILE" && pwd)}
 # Every step reads new tokens (no sample twice): (warmup + steps) x B samples of T + 1 tokens.
 "$trident" prepare-data synthetic --tokens $(((warmup + steps) * B * (T + 1) + T + 1)) \
   --test-tokens $((B * (T + 1) + 1)) --vocab "$V" --out tokens.h5 >/dev/null
-train_gpt() {  # train_gpt OUTPUT_DIR STEPS
-"$mpiexec" -n 1 "$trident" train /dev/null --set run.name=gpt_gpu --set run.output_dir="$1" --set data.path=tokens.h5 \
+train_gpt() {  # train_gpt OUTPUT_DIR STEPS [--set KEY=VALUE ...]
+local dir=$1 count=$2
+shift 2
+"$mpiexec" -n 1 "$trident" train /dev/null "$@" --set run.name=gpt_gpu --set run.output_dir="$dir" --set data.path=tokens.h5 \
   --set model.kind=gpt --set model.layers="$L" --set model.heads="$H" --set model.d_model="$D" --set model.seq_len="$T" \
   --set model.vocab="$V" --set run.device="$device" --set optim.precision="$precision" --set optim.lr=3e-4 \
   --set optim.weight_decay=0.01 --set optim.clip_grad_norm=1.0 --set optim.global_batch="$B" \
-  --set optim.micro_batch="$B" --set run.max_steps="$2" --set run.log_every="$window" \
-  --set run.peak_tflops=989 --set data.prefetch=4 --set checkpoint.keep_last=1 >"$1.log" 2>&1 \
-  || { tail -20 "$1.log"; echo "trident train failed" >&2; exit 1; }
+  --set optim.micro_batch="$B" --set run.max_steps="$count" --set run.log_every="$window" \
+  --set run.peak_tflops=989 --set data.prefetch=4 --set checkpoint.keep_last=1 >"$dir.log" 2>&1 \
+  || { tail -20 "$dir.log"; echo "trident train failed ($dir.log)" >&2; return 1; }
 }
-train_gpt run $((warmup + steps))
-
-# trident's windows after the warm-up: samples/s x T tokens; the median.
-trident_json=$(python3 - "$T" "$warmup" <<'PY'
+# trident's windows after the warm-up in run folder $1: samples/s x T tokens; the median; row name $2.
+trident_row() {
+python3 - "$T" "$warmup" "$1" "$2" <<'PY'
 import json, sys
-seq, warmup = int(sys.argv[1]), int(sys.argv[2])
-report = json.load(open("run/report.json"))
-rates = [r["samples_per_s"] * seq for r in map(json.loads, open("run/metrics.jsonl")) if r["step"] > warmup]
+seq, warmup, run, impl = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+report = json.load(open(run + "/report.json"))
+rates = [r["samples_per_s"] * seq for r in map(json.loads, open(run + "/metrics.jsonl")) if r["step"] > warmup]
 tokens = sorted(rates)[len(rates) // 2]
 per_token = report["throughput"]["tflops"] / report["throughput"]["tokens_per_s"] if report["throughput"]["tokens_per_s"] else 0
-print(json.dumps({"impl": "trident", "torch": report["torch_version"], "device": report["layout"]["device"],
+print(json.dumps({"impl": impl, "torch": report["torch_version"], "device": report["layout"]["device"],
                   "device_name": report["layout"].get("device_name"), "parameters": report["parameters"],
                   "tokens_per_s": tokens, "window_tokens_per_s": rates, "tflops": tokens * per_token,
                   "mfu": tokens * per_token / 989.0, "peak_tflops": 989.0,
                   "peak_device_bytes": report["memory"].get("peak_device_bytes")}))
 PY
-)
-rows=("$trident_json")
+}
+# CUDA_GRAPH: both (default: run.cuda_graph = true, then false, each its own row) | true | false.
+rows=()
+case ${CUDA_GRAPH:-both} in
+  both) graph_settings=(true false) ;;
+  true | false) graph_settings=("$CUDA_GRAPH") ;;
+  *) echo "CUDA_GRAPH must be both, true or false" >&2; exit 2 ;;
+esac
+for graph in "${graph_settings[@]}"; do
+  impl=trident
+  [ "$graph" = true ] && impl="trident (run.cuda_graph)"
+  # A failed graph run leaves its row out and the others still run (CUDA_GRAPH=both).
+  if train_gpt "run_graph_$graph" $((warmup + steps)) --set run.cuda_graph="$graph"; then
+    rows+=("$(trident_row "run_graph_$graph" "$impl")")
+  elif [ "$graph" = false ] || [ ${#graph_settings[@]} = 1 ]; then
+    exit 1
+  fi
+done
 if [ -n "$modes" ]; then
   while IFS= read -r line; do rows+=("$line"); done < <("$python" "$here/gpt_reference.py" --layers "$L" --heads "$H" \
     --d-model "$D" --seq-len "$T" --vocab "$V" --micro-batch "$B" --steps "$steps" --warmup "$warmup" \
     --windows "$windows" --precision "$precision" --modes "$modes" ${profile:+--profile "$profile"})
 fi
 if [ -n "$profile" ]; then  # trident's trace: its own short run, so that tracing slows no timed step
-  TRIDENT_PROFILE_STEPS=$((warmup)):2 train_gpt profiled $((warmup + 2))
+  TRIDENT_PROFILE_STEPS=$((warmup)):2 train_gpt profiled $((warmup + 2)) || exit 1
   cp profiled/profile_rank0.json "$profile/profile_trident.json"
+  # With the graph: the GPU's idle time left between replays.
+  if [ "${CUDA_GRAPH:-both}" != false ] &&
+    TRIDENT_PROFILE_STEPS=$((warmup)):2 train_gpt profiled_graph $((warmup + 2)) --set run.cuda_graph=true; then
+    cp profiled_graph/profile_rank0.json "$profile/profile_trident_graph.json"
+  fi
 fi
 printf '%s\n' "${rows[@]}" | python3 -c '
 import json, sys

@@ -27,7 +27,9 @@
   X(run, check_memory, bool, true,                                                              \
     "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's), and at pp = 1 a whole-model build past each rank's share of it; false = skip both") \
   X(run, peak_tflops, double, 0.0,                                                              \
-    "token models (gpt): peak TFLOP/s per rank for MFU (>= 0.001); 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU")
+    "token models (gpt): peak TFLOP/s per rank for MFU (>= 0.001); 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU") \
+  X(run, cuda_graph, bool, false,                                                               \
+    "on a GPU at pp = 1, dp = 1, parallel.zero = 0: capture a micro-step's forward and backward once as a CUDA graph (after 2 eager micro-steps) and replay it, so the host launches one graph instead of each kernel; elsewhere ignored, with a log line saying why")
 
 #define TRIDENT_DECK_DATA(X)                                                                    \
   X(data, path, std::string, "data/fashion_mnist.h5",                                          \

@@ -71,6 +71,7 @@ at::Tensor Pipeline::receive(comm::Communicator& comm, const std::vector<int64_t
 
 at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
                           GradSync& sync, const at::Tensor& loss_factor, double& forward_s, double& backward_s) {
+  if (graph_) return run_graphed_step(micro_batches, micro_batch, next_batch, sync, loss_factor, forward_s);
   Stopwatch step;
   const double compute_before = forward_s + backward_s;
   const int v = chunks();
@@ -179,14 +180,50 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
     ScopedTimer blocked(stats_.blocked_s);
     for (auto& s : sends) s->wait();
   }
-  stats_.compute_s += forward_s + backward_s - compute_before;
-  stats_.step_s += step.seconds();
+  count_step(step.seconds(), forward_s + backward_s - compute_before, micro_batch);
+  return loss_sum;
+}
+
+void Pipeline::count_step(double step_s, double compute_s, int64_t micro_batch) {
+  stats_.compute_s += compute_s;
+  stats_.step_s += step_s;
   stats_.activation_bytes = 0;
   for (const auto& ch : chunks_) {
     int64_t bytes = 4 * micro_batch;
     for (auto d : ch.output_shape) bytes *= d;
     stats_.activation_bytes = std::max(stats_.activation_bytes, bytes);
   }
+}
+
+bool Pipeline::replay_micro_steps() {
+  if (pp_ != 1 || chunks() != 1) return false;
+  // The eager path's Forward and Backward ops of one chunk that is the whole model.
+  graph_ = make_micro_step_graph(
+      [this](const at::Tensor& inputs, const at::Tensor& labels, const at::Tensor& loss_factor) {
+        const at::Tensor loss = model::cross_entropy(forward(0, inputs), labels, /*mean=*/true);
+        (loss * loss_factor).backward();
+        return loss.detach();
+      },
+      /*warmup=*/2);
+  return graph_ != nullptr;
+}
+
+// run_step's ops at pp 1, each micro-step's forward and backward through graph_.
+at::Tensor Pipeline::run_graphed_step(int micro_batches, int64_t micro_batch,
+                                      const std::function<data::MicroBatch()>& next_batch, GradSync& sync,
+                                      const at::Tensor& loss_factor, double& forward_s) {
+  Stopwatch step;
+  const double compute_before = forward_s;
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  for (int m = 0; m < micro_batches; ++m) {
+    const data::MicroBatch batch = next_batch();
+    sync.before_backward(m == micro_batches - 1);
+    ComputeTimer t(forward_s, sync);
+    loss_sum += graph_->run(to_device(batch.inputs), to_device(batch.labels), loss_factor);
+  }
+  stats_.peak_alive = std::max(stats_.peak_alive, 1);
+  stats_.last_step.clear();
+  count_step(step.seconds(), forward_s - compute_before, micro_batch);
   return loss_sum;
 }
 

@@ -15,6 +15,7 @@
 #include "data/loader.hpp"
 #include "model/model.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/micro_step_graph.hpp"
 
 namespace trident::parallel {
 
@@ -59,6 +60,12 @@ class Pipeline {
     device_ = device;
   }
 
+  // run.cuda_graph (parallel/micro_step_graph.hpp): each micro-step from then on runs as one
+  // CUDA graph, its time counted as forward. For one stage (pp 1) of one chunk; the caller checks
+  // the rest. False in a build without CUDA.
+  bool replay_micro_steps();
+  int64_t micro_steps_replayed() const { return graph_ ? graph_->replays() : 0; }
+
   bool first() const { return stage_ == 0; }    // reads the inputs
   bool last() const { return stage_ == pp_ - 1; }  // reads the labels, computes the loss
 
@@ -89,6 +96,9 @@ class Pipeline {
   at::Tensor receive(comm::Communicator& comm, const std::vector<int64_t>& sample_shape, int64_t n, int peer,
                      int tag);
   at::Tensor to_device(const at::Tensor& t) const;
+  at::Tensor run_graphed_step(int micro_batches, int64_t micro_batch, const std::function<data::MicroBatch()>& next_batch,
+                              GradSync& sync, const at::Tensor& loss_factor, double& forward_s);
+  void count_step(double step_s, double compute_s, int64_t micro_batch);  // into stats_
   comm::Communicator& activations_;
   comm::Communicator& gradients_;
   int stage_, pp_;
@@ -97,6 +107,7 @@ class Pipeline {
   StageStats stats_;
   c10::ScalarType compute_type_ = c10::ScalarType::Float;
   c10::Device device_ = c10::Device(c10::DeviceType::CPU);
+  std::unique_ptr<MicroStepGraph> graph_;
 };
 
 }  // namespace trident::parallel

@@ -23,6 +23,24 @@ namespace trident::train {
 
 namespace {
 
+// run.cuda_graph where a replayed micro-step does what the eager one would
+// (parallel/micro_step_graph.hpp); elsewhere one line says why not, and the run goes on eagerly:
+// a deck written for one node's GPU may be run at other layouts unchanged.
+void replay_micro_steps_if_possible(const config::Deck& deck, const Connection& conn, StageParts& st) {
+  std::string why_not;
+  if (!conn.torch_device.is_cuda())
+    why_not = "the run is on the CPU";
+  else if (st.plan->pp() > 1)
+    why_not = fmt::format("parallel.pp is {} (the graph needs one stage)", st.plan->pp());
+  else if (conn.dp_comm->size() > 1)
+    why_not = fmt::format("dp is {} (the gradient all-reduce's hooks decide on the host)", conn.dp_comm->size());
+  else if (deck.parallel.zero != 0)
+    why_not = fmt::format("parallel.zero is {} (the graph needs ZeRO 0)", deck.parallel.zero);
+  else if (!st.pipeline->replay_micro_steps())
+    why_not = "this build has no CUDA";
+  if (!why_not.empty()) log::info("run.cuda_graph = true is not used: {}; micro-steps run eagerly", why_not);
+}
+
 // What ranks compare to know they read the same dataset: its splits' sizes and sample shape, its
 // vocabulary or classes, and the file's size.
 std::string dataset_fingerprint(const std::string& path, const data::SplitReader& train, const data::SplitReader& test) {
@@ -279,6 +297,7 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn, bool we
   st.optimizer = optim::make_optimizer(deck, /*fused=*/!forced_step_decisions().empty());
   st.schedule = {deck.optim.lr_schedule, deck.optim.lr, deck.optim.min_lr, deck.optim.warmup_steps, st.total_steps};
   st.pipeline->set_compute(optim::compute_type(deck.optim.precision), conn.torch_device);
+  if (deck.run.cuda_graph) replay_micro_steps_if_possible(deck, conn, st);
   if (deck.optim.precision == "fp16") st.scaler = std::make_unique<optim::LossScaler>();
   return st;
 }

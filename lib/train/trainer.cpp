@@ -739,6 +739,7 @@ report::Summary summarize_trained_run(Trainer::State& s, RunTotals& run, Result&
   result.train_loss = epoch_loss(s, run).mean();  // (the final save is train_all's, before the last evaluation)
   result.test_loss = run.last_eval.loss;
   result.test_accuracy = run.last_eval.accuracy;
+  result.micro_steps_replayed = s.stage.pipeline->micro_steps_replayed();
   const double train_seconds = max_over_ranks(s, run.train_seconds);
   result.samples_per_s = static_cast<double>((s.stage.total_steps - s.restored.start_step) * s.deck.optim.global_batch) /
                          std::max(train_seconds, 1e-9);

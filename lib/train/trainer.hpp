@@ -22,6 +22,7 @@ struct Result {
   double train_loss = 0, test_loss = 0, test_accuracy = 0, samples_per_s = 0;
   std::vector<std::pair<int64_t, double>> logged_losses;  // (step, global-batch mean loss)
   std::vector<double> logged_grad_norms;                   // before clipping, same steps
+  int64_t micro_steps_replayed = 0;                        // from a CUDA graph (run.cuda_graph)
 };
 
 // SIGUSR1 and SIGTERM (SLURM's --signal before a time limit, preemption), and SIGINT (Ctrl-C),

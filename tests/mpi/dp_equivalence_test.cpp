@@ -71,6 +71,17 @@ TEST(Determinism, SameSeedSameLossSequence) {
   EXPECT_NE(first.result.logged_losses, other.result.logged_losses);
 }
 
+// run.cuda_graph asks for what only a GPU has: on the CPU it is ignored (a log line says why) and
+// the run is the one without it, bit for bit.
+TEST(Determinism, CudaGraphIsIgnoredOnTheCpu) {
+  auto deck = tiny_deck("cnn", "cuda_graph_on_cpu");
+  const auto without = train_on(deck, MPI_COMM_WORLD, "without");
+  deck.run.cuda_graph = true;
+  const auto with = train_on(deck, MPI_COMM_WORLD, "with");
+  EXPECT_EQ(with.result.micro_steps_replayed, 0);
+  EXPECT_EQ(with.result.logged_losses, without.result.logged_losses);
+}
+
 // Evaluation runs the test split in chunks (the micro-batch by default, so a GPU holds one
 // chunk's activations at a time): the chunk size changes the summation order only. Also, every
 // replica holds the same batch-norm statistics (averaged every step), so evaluating again gives

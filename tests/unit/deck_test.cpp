@@ -40,7 +40,8 @@ std::string validation_message(const std::string& text, int world = 2) {
 TEST(Deck, KeysArePinnedAndEachHasHelp) {
   const std::vector<std::string> expected{
       "run.name", "run.output_dir", "run.seed", "run.epochs", "run.max_steps", "run.log_every", "run.device",
-      "run.threads", "run.fail_timeout_s", "run.requeue_lock_wait_s", "run.check_memory", "run.peak_tflops", "data.path", "data.prefetch", "data.check_finite",
+      "run.threads", "run.fail_timeout_s", "run.requeue_lock_wait_s", "run.check_memory", "run.peak_tflops",
+      "run.cuda_graph", "data.path", "data.prefetch", "data.check_finite",
       "data.verify_checksums",
       "model.kind", "model.hidden", "model.layers", "model.heads", "model.d_model", "model.seq_len", "model.vocab",
       "parallel.dp", "parallel.pp",
