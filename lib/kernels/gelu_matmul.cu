@@ -9,8 +9,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -46,9 +48,10 @@ cublasLtHandle_t handle() {
 
 cudaDataType_t data_type(HalfType type) { return type == HalfType::bf16 ? CUDA_R_16BF : CUDA_R_16F; }
 
-// D [m, n] (column-major, leading dimension m) = op(A) B with the epilogue, A [k, m] read
-// transposed (transpose_a) or [m, k], B [k, n]; `aux` the pre-activation (D's layout), `bias`
-// null or [m].
+// D [m, n] (column-major, leading dimension m) = op(A) op(B) with the epilogue, A [k, m] read
+// transposed (transpose_a) or [m, k], B [n, k] read transposed (transpose_b) or [k, n]; `aux`
+// null or the pre-activation (D's layout); `bias` null, or [m] (added), or for BGRADB [n] (the
+// bias gradient written, in D's type). D in the 16-bit type, or fp32 (float_d).
 struct Product {
   HalfType type;
   cublasLtEpilogue_t epilogue;
@@ -58,6 +61,7 @@ struct Product {
   void *d, *aux, *workspace;
   int device;
   cudaStream_t stream;
+  bool transpose_b = false, float_d = false;
 };
 
 // One descriptor set for one call (host objects, microseconds), destroyed on the way out.
@@ -78,13 +82,13 @@ void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, cons
 }
 
 // The heuristic's first choice, once per shape: asking costs tens of microseconds of host time,
-// 24 times a GPT-2 small step.
-cublasLtMatmulAlgo_t algorithm(const Product& p, const Descriptors& desc) {
-  using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int>;
+// 24 times a GPT-2 small step. None where cuBLASLt has no algorithm for it (also remembered).
+std::optional<cublasLtMatmulAlgo_t> algorithm(const Product& p, const Descriptors& desc) {
+  using Key = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int>;
   static std::mutex mutex;
-  static std::map<Key, cublasLtMatmulAlgo_t> chosen;
-  const Key key{static_cast<int>(p.type), static_cast<int>(p.epilogue), p.transpose_a ? 1 : 0, p.m, p.n, p.k,
-                p.device};
+  static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> chosen;
+  const Key key{static_cast<int>(p.type), static_cast<int>(p.epilogue), p.transpose_a ? 1 : 0, p.transpose_b ? 1 : 0,
+                p.float_d ? 1 : 0, p.m, p.n, p.k, p.device};
   std::lock_guard<std::mutex> lock(mutex);
   if (const auto found = chosen.find(key); found != chosen.end()) return found->second;
   cublasLtMatmulPreference_t preference = nullptr;
@@ -100,35 +104,52 @@ cublasLtMatmulAlgo_t algorithm(const Product& p, const Descriptors& desc) {
   const cublasStatus_t status =
       cublasLtMatmulAlgoGetHeuristic(handle(), desc.op, desc.a, desc.b, desc.d, desc.d, preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
-  CUBLASLT_CHECK(status);
-  if (found == 0)
-    fatal_one("gelu_matmul: cuBLASLt has no algorithm for epilogue " + std::to_string(p.epilogue) + " at m " +
-              std::to_string(p.m) + ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k));
-  chosen.emplace(key, result.algo);
-  return result.algo;
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) CUBLASLT_CHECK(status);
+  const std::optional<cublasLtMatmulAlgo_t> algo =
+      status == CUBLAS_STATUS_SUCCESS && found > 0 ? std::optional(result.algo) : std::nullopt;
+  chosen.emplace(key, algo);
+  return algo;
 }
 
-void run(const Product& p) {
+// The product, or false (nothing queued) where cuBLASLt has no algorithm for it.
+bool try_run(const Product& p) {
   const cudaDataType_t type = data_type(p.type);
   Descriptors desc;
   CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N));
-  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N));
+  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N));
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(p.epilogue));
   if (p.bias) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.m);
+  if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB)  // the gradient in fp32 whatever D's type
+    set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+  if (p.aux) {
+    set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
+    set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.m);
+  }
   if (p.transpose_a)
     CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.a, type, p.k, p.m, p.k));
   else
     CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.a, type, p.m, p.k, p.m));
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.b, type, p.k, p.n, p.k));
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.d, type, p.m, p.n, p.m));
-  const cublasLtMatmulAlgo_t algo = algorithm(p, desc);
+  if (p.transpose_b)
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.b, type, p.n, p.k, p.n));
+  else
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.b, type, p.k, p.n, p.k));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.d, p.float_d ? CUDA_R_32F : type, p.m, p.n, p.m));
+  const std::optional<cublasLtMatmulAlgo_t> algo = algorithm(p, desc);
+  if (!algo) return false;
   const float alpha = 1.f, beta = 0.f;
   CUBLASLT_CHECK(cublasLtMatmul(handle(), desc.op, &alpha, p.a, desc.a, p.b, desc.b, &beta, p.d, desc.d, p.d, desc.d,
-                                &algo, p.workspace, kWorkspaceBytes, p.stream));
+                                &*algo, p.workspace, kWorkspaceBytes, p.stream));
+  return true;
 }
+
+void run(const Product& p) {
+  if (!try_run(p))
+    fatal_one("gelu_matmul: cuBLASLt has no algorithm for epilogue " + std::to_string(p.epilogue) + " at m " +
+              std::to_string(p.m) + ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k));
+}
+
+std::atomic<int64_t> weight_bias_products{0};
 
 void check(bool ok, const char* what, int64_t rows, int64_t in, int64_t out) {
   if (!ok)
@@ -164,5 +185,24 @@ void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* 
   run({type, CUBLASLT_EPILOGUE_DGELU, /*transpose_a=*/false, out, rows, width, w2, g, nullptr, grad_pre,
        const_cast<void*>(pre), workspace, device, static_cast<cudaStream_t>(stream)});
 }
+
+// grad_w^T [in, out] (column-major, leading dimension in) = x^T g: A = x as it is ([in, rows]
+// column-major), B = g read transposed (its column-major form is [out, rows]); BGRADB sums B
+// over k (the rows) into grad_b [out], D's columns.
+bool weight_bias_grad_matmul(HalfType type, const void* g, const void* x, int64_t rows, int64_t in, int64_t out,
+                             float* grad_w, float* grad_b, void* workspace, int device, void* stream) {
+  if (!(gelu_matmul_supports(rows, in, out) && aligned(g) && aligned(x) && aligned(grad_w) && aligned(grad_b) &&
+        aligned(workspace)))
+    return false;
+  Product p{type, CUBLASLT_EPILOGUE_BGRADB, /*transpose_a=*/false, in, out, rows, x, g, grad_b, grad_w,
+            /*aux=*/nullptr, workspace, device, static_cast<cudaStream_t>(stream)};
+  p.transpose_b = true;
+  p.float_d = true;
+  if (!try_run(p)) return false;
+  weight_bias_products.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+int64_t weight_bias_grad_matmuls() { return weight_bias_products.load(std::memory_order_relaxed); }
 
 }  // namespace trident::kernels

@@ -32,4 +32,15 @@ void bias_gelu_matmul(HalfType type, const void* x, const void* w, const void* b
 void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* pre, int64_t rows, int64_t width,
                       int64_t out, void* grad_pre, void* workspace, int device, void* stream);
 
+// A linear layer's weight and bias gradients from one product, the bias's summed in its epilogue
+// (CUBLASLT_EPILOGUE_BGRADB) instead of a pass of its own over g (kernels/column_sums.hpp): g
+// [rows, out] the output's gradient, x [rows, in] the input, row-major in `type`; writes grad_w
+// [out, in] = g^T x and grad_b [out] = g's column sums, both fp32. False, with nothing written,
+// where the shapes or alignments do not suit it or cuBLASLt has no algorithm for it: the caller
+// then computes them apart. Asynchronous on `stream`.
+bool weight_bias_grad_matmul(HalfType type, const void* g, const void* x, int64_t rows, int64_t in, int64_t out,
+                             float* grad_w, float* grad_b, void* workspace, int device, void* stream);
+// How many weight_bias_grad_matmul calls have queued their product in this process (tests).
+int64_t weight_bias_grad_matmuls();
+
 }  // namespace trident::kernels

@@ -57,4 +57,11 @@ void gelu_grad_matmul(HalfType, const void*, const void*, const void*, int64_t, 
   throw std::logic_error("gelu_grad_matmul: this trident is built without CUDA");
 }
 
+bool weight_bias_grad_matmul(HalfType, const void*, const void*, int64_t, int64_t, int64_t, float*, float*, void*, int,
+                             void*) {
+  return false;
+}
+
+int64_t weight_bias_grad_matmuls() { return 0; }
+
 }  // namespace trident::kernels

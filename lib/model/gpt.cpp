@@ -12,7 +12,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "comm/cuda_runtime.hpp"
 #include "kernels/column_sums.hpp"
@@ -86,6 +89,27 @@ at::Tensor bias_gradient(const at::Tensor& g, bool bf16) {
   return grad_bias;
 }
 
+// Both gradients of a linear layer from its 16-bit output gradient g [rows, out] and input x16.
+// With TRIDENT_BIAS_GRAD_IN_PRODUCT=1 the bias's comes out of the weight's product, summed in
+// cuBLASLt's epilogue (kernels::weight_bias_grad_matmul), not in a pass of its own over g; where
+// that product does not apply, and by default, apart. Off by default until it has been measured
+// and checked on a GPU (the gpu tests run both ways). Read at each call: tests switch it.
+std::pair<at::Tensor, at::Tensor> weight_and_bias_gradients(const at::Tensor& g, const at::Tensor& x16, bool bf16) {
+  const char* in_product = std::getenv("TRIDENT_BIAS_GRAD_IN_PRODUCT");
+  if (in_product && std::string(in_product) == "1" && g.is_contiguous() && x16.is_contiguous()) {
+    const int64_t rows = g.size(0), out = g.size(1), in = x16.size(-1);
+    at::Tensor grad_weight = at::empty({out, in}, g.options().dtype(at::kFloat));
+    at::Tensor grad_bias = at::empty({out}, grad_weight.options());
+    const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, g.options().dtype(at::kByte));
+    const int device = g.get_device();
+    if (kernels::weight_bias_grad_matmul(half_type(bf16), g.data_ptr(), x16.data_ptr(), rows, in, out,
+                                         grad_weight.data_ptr<float>(), grad_bias.data_ptr<float>(),
+                                         workspace.data_ptr(), device, comm::cuda_current_stream(device)))
+      return {grad_weight, grad_bias};
+  }
+  return {weight_gradient(g, x16), bias_gradient(g, bf16)};
+}
+
 // x W^T + b on the GPU under bf16/fp16 autocast, with its backward written out (mixed_linear):
 // the weight's gradient comes out of the matrix product in fp32 (no bf16 gradient that a cast
 // then turns into fp32), and the bias's is summed into fp32 by trident's column-sum kernel
@@ -109,6 +133,10 @@ class MixedLinearFunction : public torch::autograd::Function<MixedLinearFunction
     no_double_backward("linear");
     const at::Tensor g = grad_outputs[0].to(half_scalar_type(bf16)).contiguous().view({-1, w16.size(0)});
     const at::Tensor grad_x = ctx->needs_input_grad(0) ? g.mm(w16).view(x16.sizes()) : at::Tensor();
+    if (ctx->needs_input_grad(1) && ctx->needs_input_grad(2)) {
+      const auto [grad_weight, grad_bias] = weight_and_bias_gradients(g, x16, bf16);
+      return {grad_x, grad_weight, grad_bias, at::Tensor()};
+    }
     const at::Tensor grad_weight = ctx->needs_input_grad(1) ? weight_gradient(g, x16) : at::Tensor();
     const at::Tensor grad_bias = ctx->needs_input_grad(2) ? bias_gradient(g, bf16) : at::Tensor();
     return {grad_x, grad_weight, grad_bias, at::Tensor()};
@@ -157,8 +185,9 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
                               hidden, grad_pre.data_ptr(), workspace.data_ptr(), device,
                               comm::cuda_current_stream(device));
     const at::Tensor grad_x = ctx->needs_input_grad(0) ? grad_pre.mm(w_in16).view(x16.sizes()) : at::Tensor();
-    return {grad_x, weight_gradient(grad_pre, x16), bias_gradient(grad_pre, bf16),
-            weight_gradient(g, activation), bias_gradient(g, bf16), at::Tensor()};
+    const auto [grad_w_in, grad_b_in] = weight_and_bias_gradients(grad_pre, x16, bf16);
+    const auto [grad_w_out, grad_b_out] = weight_and_bias_gradients(g, activation, bf16);
+    return {grad_x, grad_w_in, grad_b_in, grad_w_out, grad_b_out, at::Tensor()};
   }
 };
 

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "comm/cuda_runtime.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/gelu_matmul.hpp"
 #include "model/gpt.hpp"
 #include "model/loss.hpp"
 #include "optim/precision.hpp"
@@ -29,6 +31,27 @@ std::string describe(const Case& c) {
   return std::to_string(c.rows) + "x" + std::to_string(c.classes) + " " + c10::toString(c.type) +
          (c.mean ? " mean" : " sum") + (c.offset ? " unaligned" : "");
 }
+
+// TRIDENT_BIAS_GRAD_IN_PRODUCT=1 (linear layers' bias gradients summed in the weight gradient's
+// product, model/gpt.cpp) for this object's life, or unset; counts the products that did so.
+class BiasGradInProduct {
+ public:
+  explicit BiasGradInProduct(bool on) : on_(on), before_(trident::kernels::weight_bias_grad_matmuls()) {
+    if (on)
+      setenv("TRIDENT_BIAS_GRAD_IN_PRODUCT", "1", 1);
+    else
+      unsetenv("TRIDENT_BIAS_GRAD_IN_PRODUCT");
+  }
+  ~BiasGradInProduct() { unsetenv("TRIDENT_BIAS_GRAD_IN_PRODUCT"); }
+  BiasGradInProduct(const BiasGradInProduct&) = delete;
+  BiasGradInProduct& operator=(const BiasGradInProduct&) = delete;
+  int64_t products() const { return trident::kernels::weight_bias_grad_matmuls() - before_; }
+  std::string name() const { return on_ ? ", bias gradient in the product" : ""; }
+
+ private:
+  bool on_;
+  int64_t before_;
+};
 
 // ||a - b|| / ||b||.
 double relative_error(const at::Tensor& a, const at::Tensor& b) {
@@ -147,7 +170,9 @@ TEST(CudaKernels, MixedLayerNormMatchesFloat64) {
 // the CPU from the same 16-bit operands the GPU multiplies (x and W rounded to the autocast type).
 // The output and the input gradient are stored in 16 bits (within 1e-2 relative); the weight and
 // bias gradients are fp32 sums of exact products of 16-bit numbers (within 1e-3 and 1e-4). fp32
-// and 16-bit inputs, bias widths of one slab and of many, rows that leave slabs short.
+// and 16-bit inputs, bias widths of one slab and of many, rows that leave slabs short. Both ways
+// of the bias gradient: the column sums apart, and summed in the weight gradient's product
+// (TRIDENT_BIAS_GRAD_IN_PRODUCT=1), which must then have taken that path.
 TEST(CudaKernels, MixedLinearMatchesFloat64) {
   struct LinearCase {
     int64_t rows, in, out;
@@ -159,9 +184,11 @@ TEST(CudaKernels, MixedLinearMatchesFloat64) {
       {1, 128, 264, at::kBFloat16, at::kBFloat16},
   };
   const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const bool in_product : {false, true})
   for (const auto& c : cases) {
+    const BiasGradInProduct mode(in_product);
     const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.in) + "->" + std::to_string(c.out) + " " +
-                             c10::toString(c.type) + " from " + c10::toString(c.input);
+                             c10::toString(c.type) + " from " + c10::toString(c.input) + mode.name();
     const at::Tensor x = at::randn({1, c.rows, c.in}, cuda).to(c.input).requires_grad_(true);
     const at::Tensor weight = (at::randn({c.out, c.in}, cuda) * 0.05).requires_grad_(true);
     const at::Tensor bias = at::randn({c.out}, cuda).requires_grad_(true);
@@ -174,6 +201,7 @@ TEST(CudaKernels, MixedLinearMatchesFloat64) {
     }
     EXPECT_EQ(y.scalar_type(), c.type) << name;
     y.backward(grad_y);
+    EXPECT_EQ(mode.products(), in_product ? 1 : 0) << name;
     ASSERT_TRUE(x.grad().defined() && weight.grad().defined() && bias.grad().defined()) << name;
     EXPECT_EQ(x.grad().scalar_type(), c.input) << name;
 
@@ -197,7 +225,7 @@ TEST(CudaKernels, MixedLinearMatchesFloat64) {
 // five. The GPU rounds the GELU's input and output, and the gradient of its input, to 16 bits on
 // the way (~4e-3 each): the output and every gradient within 2e-2 relative. An error in the
 // epilogues' layouts (a transposed operand, the bias along the wrong axis, the wrong GELU)
-// gives errors of order 1.
+// gives errors of order 1. Both ways of the bias gradients, as MixedLinearMatchesFloat64.
 TEST(CudaKernels, GeluMlpMatchesFloat64) {
   struct MlpCase {
     int64_t rows, width, hidden;
@@ -209,10 +237,12 @@ TEST(CudaKernels, GeluMlpMatchesFloat64) {
       {24, 64, 32, at::kBFloat16, at::kBFloat16},
   };
   const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const bool in_product : {false, true})
   for (const auto& c : cases) {
+    const BiasGradInProduct mode(in_product);
     const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.width) + "->" +
                              std::to_string(c.hidden) + " " + c10::toString(c.type) + " from " +
-                             c10::toString(c.input);
+                             c10::toString(c.input) + mode.name();
     const at::Tensor x = at::randn({2, c.rows / 2, c.width}, cuda).to(c.input).requires_grad_(true);
     const at::Tensor w_in = (at::randn({c.hidden, c.width}, cuda) * 0.05).requires_grad_(true);
     const at::Tensor b_in = (at::randn({c.hidden}, cuda) * 0.5).requires_grad_(true);
@@ -228,6 +258,7 @@ TEST(CudaKernels, GeluMlpMatchesFloat64) {
     EXPECT_EQ(y.scalar_type(), c.type) << name;
     EXPECT_EQ(y.sizes(), x.sizes()) << name;
     y.backward(grad_y);
+    EXPECT_EQ(mode.products(), in_product ? 2 : 0) << name;
 
     const auto as_used = [&](const at::Tensor& t) {  // the operand the GPU multiplies, in float64
       return t.detach().to(c.type).cpu().to(at::kDouble).requires_grad_(true);
