@@ -121,6 +121,7 @@ json summary_json(const Summary& s) {
                    {"thread_cpu_s", s.watchdog_cpu_s},
                    {"cpu_share", s.time.total > 0 ? s.watchdog_cpu_s / s.time.total : 0.0}};
   r["zero3_gathers"] = {{"total", s.gathers}, {"prefetched", s.gathers_prefetched}};
+  r["cuda_graph"] = {{"asked", s.deck.run.cuda_graph}, {"replayed_micro_steps", s.micro_steps_replayed}};
   r["time_s"] = {{"total", s.time.total},         {"data_wait", s.time.data_wait},
                  {"forward", s.time.forward},     {"backward", s.time.backward},
                  {"comm_exposed", s.time.comm_exposed}, {"optimizer", s.time.optimizer},

@@ -76,6 +76,7 @@ struct Summary {
   // A stop's cost: one step (mean) + the last save, the slowest rank's (train/safe_stop.hpp).
   std::optional<double> time_to_safe_stop_s;
   int64_t gathers = 0, gathers_prefetched = 0;  // ZeRO-3's layer gathers (rank 0)
+  int64_t micro_steps_replayed = 0;             // from a CUDA graph, run.cuda_graph (rank 0)
   double checkpoint_write_gb_per_s = 0, checkpoint_read_gb_per_s = 0;  // write: whole saves, background included
   // checkpoint.async: steps trained while a background save was being written, and the mean step
   // then and otherwise (the slowest rank's).

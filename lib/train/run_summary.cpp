@@ -101,6 +101,7 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   summary.checkpoint_saves = s.saves;
   summary.gathers = s.stage.grad_sync->gathers() - s.evaluation_gathers;  // training's
   summary.gathers_prefetched = s.stage.grad_sync->gathers_prefetched() - s.evaluation_gathers_prefetched;
+  summary.micro_steps_replayed = s.stage.pipeline->micro_steps_replayed();
   const double save_seconds = max_over_ranks(s, s.save_seconds);  // whole saves: background writes included
   summary.checkpoint_write_gb_per_s = save_seconds > 0 ? s.bytes_written / save_seconds / 1e9 : 0;
   summary.checkpoint_async = s.deck.checkpoint.async;

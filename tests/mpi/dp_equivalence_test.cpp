@@ -1,6 +1,9 @@
 // Data parallelism changes nothing but speed: after k steps, dp = world gives the same
 // parameters as one rank training the same global batch (the same micro-batches, accumulated),
 // and gradient accumulation gives the same parameters as one large micro-batch.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "train_helpers.hpp"
 
 using namespace trident;
@@ -72,7 +75,8 @@ TEST(Determinism, SameSeedSameLossSequence) {
 }
 
 // run.cuda_graph asks for what only a GPU has: on the CPU it is ignored (a log line says why) and
-// the run is the one without it, bit for bit.
+// the run is the one without it, bit for bit; report.json says it was asked for and replayed
+// nothing.
 TEST(Determinism, CudaGraphIsIgnoredOnTheCpu) {
   auto deck = tiny_deck("cnn", "cuda_graph_on_cpu");
   const auto without = train_on(deck, MPI_COMM_WORLD, "without");
@@ -80,6 +84,12 @@ TEST(Determinism, CudaGraphIsIgnoredOnTheCpu) {
   const auto with = train_on(deck, MPI_COMM_WORLD, "with");
   EXPECT_EQ(with.result.micro_steps_replayed, 0);
   EXPECT_EQ(with.result.logged_losses, without.result.logged_losses);
+  if (world_rank() == 0) {
+    nlohmann::json report;
+    std::ifstream(with.output_dir + "/report.json") >> report;
+    EXPECT_EQ(report["cuda_graph"]["asked"], true);
+    EXPECT_EQ(report["cuda_graph"]["replayed_micro_steps"], 0);
+  }
 }
 
 // Evaluation runs the test split in chunks (the micro-batch by default, so a GPU holds one
