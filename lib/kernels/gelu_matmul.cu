@@ -51,7 +51,8 @@ cudaDataType_t data_type(HalfType type) { return type == HalfType::bf16 ? CUDA_R
 // D [m, n] (column-major, leading dimension m) = op(A) op(B) with the epilogue, A [k, m] read
 // transposed (transpose_a) or [m, k], B [n, k] read transposed (transpose_b) or [k, n]; `aux`
 // null or the pre-activation (D's layout); `bias` null, or [m] (added), or for BGRADB [n] (the
-// bias gradient written, in D's type). D in the 16-bit type, or fp32 (float_d).
+// bias gradient written, fp32 like D: BGRADB is asked for with an fp32 D only). D in the 16-bit
+// type, or fp32 (float_d).
 struct Product {
   HalfType type;
   cublasLtEpilogue_t epilogue;
@@ -120,7 +121,7 @@ bool try_run(const Product& p) {
   set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N));
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(p.epilogue));
   if (p.bias) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-  if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB)  // the gradient in fp32 whatever D's type
+  if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB && p.float_d)  // D's type, the default, said outright
     set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
   if (p.aux) {
     set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
@@ -191,8 +192,9 @@ void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* 
 // over k (the rows) into grad_b [out], D's columns.
 bool weight_bias_grad_matmul(HalfType type, const void* g, const void* x, int64_t rows, int64_t in, int64_t out,
                              float* grad_w, float* grad_b, void* workspace, int device, void* stream) {
-  if (!(gelu_matmul_supports(rows, in, out) && aligned(g) && aligned(x) && aligned(grad_w) && aligned(grad_b) &&
-        aligned(workspace)))
+  // k = 1: cuBLASLt's bias gradient has been seen wrong there (OneFlow avoids it).
+  if (!(rows >= 2 && gelu_matmul_supports(rows, in, out) && aligned(g) && aligned(x) && aligned(grad_w) &&
+        aligned(grad_b) && aligned(workspace)))
     return false;
   Product p{type, CUBLASLT_EPILOGUE_BGRADB, /*transpose_a=*/false, in, out, rows, x, g, grad_b, grad_w,
             /*aux=*/nullptr, workspace, device, static_cast<cudaStream_t>(stream)};

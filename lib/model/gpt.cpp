@@ -10,6 +10,7 @@
 #include <torch/utils.h>
 #include <torch/version.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <utility>
 
 #include "comm/cuda_runtime.hpp"
+#include "core/log.hpp"
 #include "kernels/column_sums.hpp"
 #include "kernels/gelu_matmul.hpp"
 #include "kernels/layer_norm.hpp"
@@ -92,20 +94,33 @@ at::Tensor bias_gradient(const at::Tensor& g, bool bf16) {
 // Both gradients of a linear layer from its 16-bit output gradient g [rows, out] and input x16.
 // With TRIDENT_BIAS_GRAD_IN_PRODUCT=1 the bias's comes out of the weight's product, summed in
 // cuBLASLt's epilogue (kernels::weight_bias_grad_matmul), not in a pass of its own over g; where
-// that product does not apply, and by default, apart. Off by default until it has been measured
-// and checked on a GPU (the gpu tests run both ways). Read at each call: tests switch it.
-std::pair<at::Tensor, at::Tensor> weight_and_bias_gradients(const at::Tensor& g, const at::Tensor& x16, bool bf16) {
+// that product does not apply (said once), and by default, apart. Off by default until it has
+// been measured and checked on a GPU (the gpu tests run both ways). Read at each call: tests
+// switch it. `workspace`: cuBLASLt's, one the caller already holds on this stream, or none.
+std::pair<at::Tensor, at::Tensor> weight_and_bias_gradients(const at::Tensor& g, const at::Tensor& x16, bool bf16,
+                                                            at::Tensor workspace = {}) {
   const char* in_product = std::getenv("TRIDENT_BIAS_GRAD_IN_PRODUCT");
-  if (in_product && std::string(in_product) == "1" && g.is_contiguous() && x16.is_contiguous()) {
+  if (in_product && std::string(in_product) == "1") {
     const int64_t rows = g.size(0), out = g.size(1), in = x16.size(-1);
-    at::Tensor grad_weight = at::empty({out, in}, g.options().dtype(at::kFloat));
-    at::Tensor grad_bias = at::empty({out}, grad_weight.options());
-    const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, g.options().dtype(at::kByte));
-    const int device = g.get_device();
-    if (kernels::weight_bias_grad_matmul(half_type(bf16), g.data_ptr(), x16.data_ptr(), rows, in, out,
-                                         grad_weight.data_ptr<float>(), grad_bias.data_ptr<float>(),
-                                         workspace.data_ptr(), device, comm::cuda_current_stream(device)))
-      return {grad_weight, grad_bias};
+    // k = 1 is left to the column sums: cuBLASLt's bias gradient has been seen wrong there
+    // (OneFlow avoids BGRADB at k == 1 for that reason).
+    if (rows >= 2 && g.is_contiguous() && x16.is_contiguous() && aligned16(g) && aligned16(x16) &&
+        kernels::gelu_matmul_supports(rows, in, out)) {
+      at::Tensor grad_weight = at::empty({out, in}, g.options().dtype(at::kFloat));
+      at::Tensor grad_bias = at::empty({out}, grad_weight.options());
+      if (!workspace.defined())
+        workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, g.options().dtype(at::kByte));
+      const int device = g.get_device();
+      if (kernels::weight_bias_grad_matmul(half_type(bf16), g.data_ptr(), x16.data_ptr(), rows, in, out,
+                                           grad_weight.data_ptr<float>(), grad_bias.data_ptr<float>(),
+                                           workspace.data_ptr(), device, comm::cuda_current_stream(device)))
+        return {grad_weight, grad_bias};
+    }
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log::warn("TRIDENT_BIAS_GRAD_IN_PRODUCT=1: a linear layer's bias gradient ({} rows, {} -> {}) is summed apart: "
+                "cuBLASLt's product with it does not apply there",
+                rows, in, out);
   }
   return {weight_gradient(g, x16), bias_gradient(g, bf16)};
 }
@@ -185,8 +200,8 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
                               hidden, grad_pre.data_ptr(), workspace.data_ptr(), device,
                               comm::cuda_current_stream(device));
     const at::Tensor grad_x = ctx->needs_input_grad(0) ? grad_pre.mm(w_in16).view(x16.sizes()) : at::Tensor();
-    const auto [grad_w_in, grad_b_in] = weight_and_bias_gradients(grad_pre, x16, bf16);
-    const auto [grad_w_out, grad_b_out] = weight_and_bias_gradients(g, activation, bf16);
+    const auto [grad_w_in, grad_b_in] = weight_and_bias_gradients(grad_pre, x16, bf16, workspace);
+    const auto [grad_w_out, grad_b_out] = weight_and_bias_gradients(g, activation, bf16, workspace);
     return {grad_x, grad_w_in, grad_b_in, grad_w_out, grad_b_out, at::Tensor()};
   }
 };

@@ -34,6 +34,32 @@ void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& 
   event.block(waiter);
 }
 
+// Work on `side` for this object's life, ordered after the ambient stream's work so far, and
+// the ambient stream ordered after it again at the end (also when the work throws).
+class OnSideStream {
+ public:
+  OnSideStream(const c10::cuda::CUDAStream& side, const c10::cuda::CUDAStream& ambient)
+      : side_(side), ambient_(ambient) {
+    wait_for(side_, ambient_);
+    guard_.emplace(side_);
+  }
+  ~OnSideStream() {
+    guard_.reset();
+    wait_for(ambient_, side_);
+  }
+  OnSideStream(const OnSideStream&) = delete;
+  OnSideStream& operator=(const OnSideStream&) = delete;
+
+ private:
+  c10::cuda::CUDAStream side_, ambient_;
+  std::optional<c10::cuda::CUDAStreamGuard> guard_;
+};
+
+[[noreturn]] void capture_failed(const std::string& why) {
+  fatal_one("run.cuda_graph: the micro-step could not be captured as a CUDA graph (set run.cuda_graph = false): " +
+            why);
+}
+
 class CudaMicroStepGraph final : public MicroStepGraph {
  public:
   CudaMicroStepGraph(MicroStep step, int warmup) : step_(std::move(step)), warmup_(warmup) {}
@@ -59,13 +85,11 @@ class CudaMicroStepGraph final : public MicroStepGraph {
  private:
   at::Tensor on_side_stream(const at::Tensor& inputs, const at::Tensor& labels, const at::Tensor& loss_factor) {
     const c10::cuda::CUDAStream ambient = c10::cuda::getCurrentCUDAStream(inputs.device().index());
-    wait_for(side(inputs), ambient);
     at::Tensor loss;
     {
-      c10::cuda::CUDAStreamGuard guard(side(inputs));
+      const OnSideStream on_side(side(inputs), ambient);
       loss = step_(inputs, labels, loss_factor).to(at::kDouble);
     }
-    wait_for(ambient, side(inputs));
     loss.record_stream(ambient);  // allocated on the side stream, read on the ambient one
     return loss;
   }
@@ -97,11 +121,15 @@ class CudaMicroStepGraph final : public MicroStepGraph {
           graph_->capture_end();
         } catch (const std::exception&) {  // the capture's own error: the step's says more
         }
-        fatal_one(std::string("run.cuda_graph: the micro-step could not be captured as a CUDA graph (set "
-                              "run.cuda_graph = false): ") +
-                  e.what());
+        capture_failed(e.what());
       }
-      graph_->capture_end();
+      // Where the step did something a capture cannot hold (a wait for the host, say), CUDA
+      // refuses the graph here.
+      try {
+        graph_->capture_end();
+      } catch (const std::exception& e) {
+        capture_failed(e.what());
+      }
     }
     log::info("run.cuda_graph: micro-step captured after {} eager ones; replayed from here on", eager_calls_);
   }

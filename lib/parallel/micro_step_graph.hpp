@@ -5,9 +5,11 @@
 // 30.9 ms of each 33.7 ms step: the rest was the GPU waiting for the host's launches
 // (benchmarks/README.md). A replay repeats the captured work at the captured addresses, so only a
 // micro-step that is the same work every time may be replayed: one stage (pp 1), one replica (no
-// gradient hooks with host decisions in them: dp 1, ZeRO 0), micro-batches of one shape
-// (train/build_stage.cpp decides). One implementation per build (lib/CMakeLists.txt):
-// micro_step_graph.cpp with CUDA, micro_step_graph_none.cpp without.
+// gradient hooks with host decisions in them: dp 1, ZeRO 0; train/build_stage.cpp decides), and
+// micro-batches of the captured shape (run() checks; the sampler drops an epoch's short tail, so
+// in training they all have it). The graph's own memory pool keeps one micro-step's activations
+// reserved for the rest of the run: an evaluation allocates on top of them. One implementation
+// per build (lib/CMakeLists.txt): micro_step_graph.cpp with CUDA, micro_step_graph_none.cpp without.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>

@@ -22,6 +22,7 @@
 #include "comm/cuda_runtime.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
+#include "kernels/gelu_matmul.hpp"
 #include "checkpoint_files.hpp"
 #include "run_over_mpi.hpp"
 #include "train_helpers.hpp"
@@ -154,6 +155,34 @@ TEST(Gpu, CudaGraphMicroStepsTrainAsEagerOnes) {
                 bit_equal(graphed.trainer->full_parameters(), eager.trainer->full_parameters()) ? "are bit for bit the"
                                                                                              : "differ from the");
   }
+}
+
+// TRIDENT_BIAS_GRAD_IN_PRODUCT=1 (the GPT's bias gradients summed in its weight gradients'
+// products, kernels::weight_bias_grad_matmul) trains as the column sums do, also replayed from a
+// CUDA graph: bf16 and plain SGD (whose update is lr x gradient, so that a difference in the
+// gradients shows as it is), the logged losses and every parameter within 1e-4 relative of the
+// default's eager run (other summation orders in fp32; a wrong layout gives errors of order 1).
+TEST(Gpu, BiasGradientsInTheProductTrainAsTheColumnSums) {
+  if (world_size() != 1) GTEST_SKIP() << "np 1";
+  auto deck = tiny_gpt("bias_grad_in_product");
+  deck.optim.precision = "bf16";
+  deck.optim.name = "sgd";
+  deck.optim.momentum = 0;
+  deck.optim.clip_grad_norm = 0;
+  const auto apart = run(on(deck, "cuda"), MPI_COMM_WORLD, "apart");
+  setenv("TRIDENT_BIAS_GRAD_IN_PRODUCT", "1", 1);
+  const int64_t products_before = kernels::weight_bias_grad_matmuls();
+  deck.run.cuda_graph = true;
+  const auto in_product = run(on(deck, "cuda"), MPI_COMM_WORLD, "in_product");
+  unsetenv("TRIDENT_BIAS_GRAD_IN_PRODUCT");
+  EXPECT_GT(kernels::weight_bias_grad_matmuls(), products_before) << "no product took the bias gradient";
+  EXPECT_GT(in_product.result.micro_steps_replayed, 0);
+  ASSERT_EQ(in_product.result.logged_losses.size(), apart.result.logged_losses.size());
+  for (size_t i = 0; i < apart.result.logged_losses.size(); ++i)
+    EXPECT_NEAR(in_product.result.logged_losses[i].second, apart.result.logged_losses[i].second,
+                1e-4 * apart.result.logged_losses[i].second)
+        << "log " << i;
+  EXPECT_LE(max_relative(in_product.trainer->full_parameters(), apart.trainer->full_parameters()), 1e-4);
 }
 
 // A checkpoint written on the GPU resumes on the CPU with the very same parameters and optimizer
