@@ -10,6 +10,7 @@
 #   benchmarks/gpt_gpu.sh [BUILD_DIR]
 #   env: LAYERS HEADS D_MODEL SEQ VOCAB MICRO WARMUP STEPS WINDOWS DEVICE (cuda) PRECISION (bf16)
 #        CUDA_GRAPH (both: a row with run.cuda_graph = true, then one without; true; false)
+#        VARIANTS ("NAME:VAR=VALUE ...": a row each, with the graph and that variable set)
 #        MODES (eager,compile; empty: trident only) PYTHON (python3) MPIEXEC (mpiexec)
 #        PROFILE (a folder: after the timing, a trace of two steps of each implementation there,
 #        summarised by benchmarks/profile_summary.py)
@@ -67,6 +68,16 @@ for graph in "${graph_settings[@]}"; do
     rows+=("$(trident_row "run_graph_$graph" "$impl")")
   elif [ "$graph" = false ] || [ ${#graph_settings[@]} = 1 ]; then
     exit 1
+  fi
+done
+# VARIANTS: more trident rows, each "NAME:VAR=VALUE" (space-separated), run with run.cuda_graph =
+# true and that variable set, e.g. VARIANTS="bias_in_product:TRIDENT_BIAS_GRAD_IN_PRODUCT=1": a
+# change behind a variable measured against the default in the same call. A failed one is left out.
+for variant in ${VARIANTS:-}; do
+  name=${variant%%:*} setting=${variant#*:}
+  [ "$name" != "$variant" ] && [[ $setting == *=* ]] || { echo "VARIANTS: '$variant' is not NAME:VAR=VALUE" >&2; exit 2; }
+  if (export "${setting?}" && train_gpt "run_$name" $((warmup + steps)) --set run.cuda_graph=true); then
+    rows+=("$(trident_row "run_$name" "trident (run.cuda_graph, $name)")")
   fi
 done
 if [ -n "$modes" ]; then
