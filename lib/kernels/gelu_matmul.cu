@@ -187,13 +187,18 @@ void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* 
        const_cast<void*>(pre), workspace, device, static_cast<cudaStream_t>(stream)});
 }
 
+// k = rows = 1 is left out: cuBLASLt's bias gradient has been seen wrong there (OneFlow avoids
+// BGRADB at k == 1 for that reason).
+bool weight_bias_grad_matmul_supports(int64_t rows, int64_t in, int64_t out) {
+  return rows >= 2 && gelu_matmul_supports(rows, in, out);
+}
+
 // grad_w^T [in, out] (column-major, leading dimension in) = x^T g: A = x as it is ([in, rows]
 // column-major), B = g read transposed (its column-major form is [out, rows]); BGRADB sums B
 // over k (the rows) into grad_b [out], D's columns.
 bool weight_bias_grad_matmul(HalfType type, const void* g, const void* x, int64_t rows, int64_t in, int64_t out,
                              float* grad_w, float* grad_b, void* workspace, int device, void* stream) {
-  // k = 1: cuBLASLt's bias gradient has been seen wrong there (OneFlow avoids it).
-  if (!(rows >= 2 && gelu_matmul_supports(rows, in, out) && aligned(g) && aligned(x) && aligned(grad_w) &&
+  if (!(weight_bias_grad_matmul_supports(rows, in, out) && aligned(g) && aligned(x) && aligned(grad_w) &&
         aligned(grad_b) && aligned(workspace)))
     return false;
   Product p{type, CUBLASLT_EPILOGUE_BGRADB, /*transpose_a=*/false, in, out, rows, x, g, grad_b, grad_w,

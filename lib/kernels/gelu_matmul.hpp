@@ -36,9 +36,11 @@ void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* 
 // (CUBLASLT_EPILOGUE_BGRADB) instead of a pass of its own over g (kernels/column_sums.hpp): g
 // [rows, out] the output's gradient, x [rows, in] the input, row-major in `type`; writes grad_w
 // [out, in] = g^T x and grad_b [out] = g's column sums, both fp32. False, with nothing written,
-// where the shapes or alignments do not suit it (rows >= 2, widths as gelu_matmul_supports) or
-// the heuristic finds no algorithm for it (CUBLAS_STATUS_NOT_SUPPORTED or none found; another
-// cuBLASLt error is fatal): the caller then computes them apart. Asynchronous on `stream`.
+// where the shapes or alignments do not suit it (weight_bias_grad_matmul_supports, 16-byte
+// aligned pointers) or the heuristic finds no algorithm for it (CUBLAS_STATUS_NOT_SUPPORTED or
+// none found; another cuBLASLt error is fatal): the caller then computes them apart.
+// Asynchronous on `stream`.
+bool weight_bias_grad_matmul_supports(int64_t rows, int64_t in, int64_t out);
 bool weight_bias_grad_matmul(HalfType type, const void* g, const void* x, int64_t rows, int64_t in, int64_t out,
                              float* grad_w, float* grad_b, void* workspace, int device, void* stream);
 // How many weight_bias_grad_matmul calls have queued their product in this process (tests).

@@ -57,6 +57,8 @@ void gelu_grad_matmul(HalfType, const void*, const void*, const void*, int64_t, 
   throw std::logic_error("gelu_grad_matmul: this trident is built without CUDA");
 }
 
+bool weight_bias_grad_matmul_supports(int64_t, int64_t, int64_t) { return false; }
+
 bool weight_bias_grad_matmul(HalfType, const void*, const void*, int64_t, int64_t, int64_t, float*, float*, void*, int,
                              void*) {
   return false;

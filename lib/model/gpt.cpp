@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "comm/cuda_runtime.hpp"
@@ -102,10 +103,9 @@ std::pair<at::Tensor, at::Tensor> weight_and_bias_gradients(const at::Tensor& g,
   const char* in_product = std::getenv("TRIDENT_BIAS_GRAD_IN_PRODUCT");
   if (in_product && std::string(in_product) == "1") {
     const int64_t rows = g.size(0), out = g.size(1), in = x16.size(-1);
-    // k = 1 is left to the column sums: cuBLASLt's bias gradient has been seen wrong there
-    // (OneFlow avoids BGRADB at k == 1 for that reason).
-    if (rows >= 2 && g.is_contiguous() && x16.is_contiguous() && aligned16(g) && aligned16(x16) &&
-        kernels::gelu_matmul_supports(rows, in, out)) {
+    // Checked before allocating: the product's own check would come after.
+    if (kernels::weight_bias_grad_matmul_supports(rows, in, out) && g.is_contiguous() && x16.is_contiguous() &&
+        aligned16(g) && aligned16(x16)) {
       at::Tensor grad_weight = at::empty({out, in}, g.options().dtype(at::kFloat));
       at::Tensor grad_bias = at::empty({out}, grad_weight.options());
       if (!workspace.defined())
@@ -148,12 +148,13 @@ class MixedLinearFunction : public torch::autograd::Function<MixedLinearFunction
     no_double_backward("linear");
     const at::Tensor g = grad_outputs[0].to(half_scalar_type(bf16)).contiguous().view({-1, w16.size(0)});
     const at::Tensor grad_x = ctx->needs_input_grad(0) ? g.mm(w16).view(x16.sizes()) : at::Tensor();
+    at::Tensor grad_weight, grad_bias;
     if (ctx->needs_input_grad(1) && ctx->needs_input_grad(2)) {
-      const auto [grad_weight, grad_bias] = weight_and_bias_gradients(g, x16, bf16);
-      return {grad_x, grad_weight, grad_bias, at::Tensor()};
+      std::tie(grad_weight, grad_bias) = weight_and_bias_gradients(g, x16, bf16);
+    } else {
+      if (ctx->needs_input_grad(1)) grad_weight = weight_gradient(g, x16);
+      if (ctx->needs_input_grad(2)) grad_bias = bias_gradient(g, bf16);
     }
-    const at::Tensor grad_weight = ctx->needs_input_grad(1) ? weight_gradient(g, x16) : at::Tensor();
-    const at::Tensor grad_bias = ctx->needs_input_grad(2) ? bias_gradient(g, bf16) : at::Tensor();
     return {grad_x, grad_weight, grad_bias, at::Tensor()};
   }
 };
