@@ -1,5 +1,5 @@
-// The subcommands that use LibTorch (trident-torch runs them, app/torch_main.cpp): train, plan,
-// compare and prepare-data.
+// The subcommands that use LibTorch (trident-torch runs them, app/torch_main.cpp): train, compare
+// and prepare-data.
 #include "commands.hpp"
 
 #include <fmt/format.h>
@@ -31,7 +31,6 @@
 #include "core/error.hpp"
 #include "core/host.hpp"
 #include "data/prepare.hpp"
-#include "train/plan_text.hpp"
 #include "train/same_deck.hpp"
 #include "train/trainer.hpp"
 
@@ -236,56 +235,6 @@ int compare_command(int argc, char** argv) {
     const auto comparison = checkpoint::compare(vm["a"].as<std::string>(), vm["b"].as<std::string>(), rtol);
     std::cout << comparison.text;
     return comparison.differing == 0 ? 0 : 1;
-  });
-}
-
-int plan_command(int argc, char** argv) {
-  po::options_description options("trident plan DECK [--world N] [--set section.key=value ...]");
-  options.add_options()("help,h", "this help")("deck", po::value<std::string>(), "input deck (INI)")(
-      "world", po::value<int>(), "ranks the job will have (default: SLURM_NTASKS inside an allocation, else 1)")(
-      "set", po::value<std::vector<std::string>>()->composing(), "override a deck key");
-  po::positional_options_description positional;
-  positional.add("deck", 1);
-  return guarded(Ranks::serial, [&] {
-    const auto vm = parse(argc, argv, options, positional);
-    if (vm.count("help")) {
-      std::cout << options << "\n";
-      return 0;
-    }
-    if (!vm.count("deck")) throw BadInput("plan: no deck given (trident plan DECK --world N)");
-    const auto overrides = overrides_of(vm);
-    std::vector<std::string> deck_problems;
-    const config::Deck deck = config::load_deck(vm["deck"].as<std::string>(), overrides, &deck_problems);
-    // Planned inside an allocation (salloc, a job script), the job's task count is the default.
-    int world = 1;
-    std::string world_note;  // where the world size came from, when not from --world
-    const char* slurm_tasks = std::getenv("SLURM_NTASKS");
-    int allocated = 0;
-    if (slurm_tasks && !vm.count("world")) {
-      // Slurm sets a count; anything else was set by hand, and planning for world 1 instead would hide it.
-      char* end = nullptr;
-      const long tasks = std::strtol(slurm_tasks, &end, 10);
-      if (end == slurm_tasks || *end != '\0' || tasks < 1 || tasks > 1L << 24)
-        throw BadInput(fmt::format("plan: SLURM_NTASKS '{}' is not a rank count (give --world N)", slurm_tasks));
-      allocated = static_cast<int>(tasks);
-    }
-    if (vm.count("world")) {
-      world = vm["world"].as<int>();
-      if (world < 1) throw BadInput(fmt::format("plan: --world {}: the job's ranks, at least 1", world));
-    } else if (allocated >= 1) {
-      world = allocated;
-      world_note = fmt::format("world {}: this allocation's SLURM_NTASKS (--world N plans for another)\n", world);
-    } else {
-      world_note = "world 1: no --world given (--world N plans for N ranks)\n";
-    }
-    // The plan is made anywhere (a login node without GPUs): the device rules (run.device = cuda,
-    // nccl, fp16) are checked where the run starts, on its nodes.
-    config::Environment env;
-    env.world_size = world;
-    env.cuda_available = true;
-    config::validate_or_throw(deck, env, deck_problems);
-    std::cout << world_note << train::plan_text(deck, world);
-    return 0;
   });
 }
 

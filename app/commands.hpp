@@ -2,7 +2,8 @@
 #include <cstdio>
 
 // The subcommands of `trident`; each parses its own options and returns the exit code. inspect,
-// report and the usage (file_commands.cpp) need no LibTorch; the others (commands.cpp) do.
+// report, the usage (file_commands.cpp) and plan (plan_command.cpp) need no LibTorch; the others
+// (commands.cpp) do.
 namespace trident::app {
 
 int train_command(int argc, char** argv);

@@ -1,6 +1,6 @@
-// trident: the command line (README.md "Using it"). inspect, report, --help and --version run in
-// this executable, which does not load LibTorch (half a second at every start with Debian's
-// LibTorch 1.13 on the 2-core VM: benchmarks/command_start.sh); for train, plan, compare and
+// trident: the command line (README.md "Using it"). inspect, report, plan, --help and --version
+// run in this executable, which does not load LibTorch (half a second at every start with Debian's
+// LibTorch 1.13 on the 2-core VM: benchmarks/command_start.sh); for train, compare and
 // prepare-data it becomes trident-torch, the executable beside it (exec: the same process, with
 // the same arguments and environment, for mpiexec, srun and their signals).
 #include <signal.h>
@@ -68,8 +68,9 @@ int run_subcommand(int argc, char** argv) {
   const std::string command = argv[0];
   if (command == "inspect") return inspect_command(argc, argv);
   if (command == "report") return report_command(argc, argv);
+  if (command == "plan") return plan_command(argc, argv);
   if (command == "train") return become_trident_torch(command, /*hold_stop_signals=*/true);
-  if (command == "plan" || command == "compare" || command == "prepare-data")
+  if (command == "compare" || command == "prepare-data")
     return become_trident_torch(command, /*hold_stop_signals=*/false);
   return -1;
 }

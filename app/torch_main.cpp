@@ -1,5 +1,5 @@
 // trident-torch: every subcommand of trident, LibTorch loaded. `trident` runs inspect, report,
-// --help and --version itself and becomes this executable for the others (app/main.cpp). Run
+// plan, --help and --version itself and becomes this executable for the others (app/main.cpp). Run
 // directly, it does what trident does, but a stop signal that comes while it loads LibTorch ends
 // it: `trident` keeps them blocked across the exec, train unblocks them once its handlers are in.
 #include <string>

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # How long a command takes that does not train: `trident --help`, `trident inspect` of a dataset
-# and of a checkpoint, `trident report` of a study, run by `trident` (which does not load
-# LibTorch) and by trident-torch (which does: what every one of them cost before app/main.cpp
-# handed only train, plan, compare and prepare-data to it). Median wall time of RUNS runs each,
+# and of a checkpoint, `trident report` of a study, `trident plan` of a deck, run by `trident`
+# (which does not load LibTorch) and by trident-torch (which does: what every one of them cost
+# before app/main.cpp handed only train, compare and prepare-data to it). Median wall time of RUNS runs each,
 # the two executables alternating. Prints a table, writes benchmarks/results/command_start.json.
 #   benchmarks/command_start.sh [BUILD_DIR]      (RUNS=21 by default)
 set -euo pipefail
@@ -13,7 +13,9 @@ torch_binary=$(dirname "$trident")/trident-torch
 mpiexec -n 1 "$trident" train /dev/null --set data.path=syn.h5 --set model.kind=mlp --set run.max_steps=2 \
   --set optim.global_batch=32 --set optim.micro_batch=32 --set run.threads=1 --set run.output_dir=study/run1 \
   >train.log 2>&1 || { tail -3 train.log; exit 1; }
-commands=("--help" "inspect syn.h5" "inspect study/run1/checkpoints/step_0000002.h5" "report study --out study_report")
+cp "$here/../inputs/fashion_mnist_ddp.ini" deck.ini
+commands=("--help" "inspect syn.h5" "inspect study/run1/checkpoints/step_0000002.h5" "report study --out study_report"
+  "plan deck.ini --world 4 --set data.path=syn.h5")
 # seconds COMMAND...: the wall time of one run, its output dropped (exit 0 required).
 seconds() {
   local start end

@@ -5,21 +5,20 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "comm/cuda_runtime.hpp"
+#include "comm/node_gpu.hpp"
 #include "core/error.hpp"
-#include "data/dataset.hpp"
 #include "model/describe_model.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/plan.hpp"
 
 namespace trident::train {
 
-model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& train_split) {
+model::InputSpec input_spec(const config::Deck& deck, const data::SplitFile& train_split) {
   const int64_t classes = train_split.tokens() ? std::max(deck.model.vocab, train_split.classes()) : train_split.classes();
   return {train_split.sample_shape(), classes, train_split.tokens()};
 }
 
-std::string vocab_problem(const config::Deck& deck, const data::SplitReader& train_split) {
+std::string vocab_problem(const config::Deck& deck, const data::SplitFile& train_split) {
   if (deck.model.vocab > 0 && deck.model.vocab < train_split.classes())
     return fmt::format("model.vocab = {} is smaller than the vocabulary of data.path {} (attribute 'vocab' = {})",
                        deck.model.vocab, deck.data.path, train_split.classes());
@@ -39,7 +38,7 @@ namespace {
 model::InputSpec input_of(const config::Deck& deck, std::string& source) {
   const bool gpt = deck.model.kind == "gpt";
   if (std::filesystem::exists(deck.data.path)) {
-    data::SplitReader reader(deck.data.path, "train", gpt ? deck.model.seq_len : 0);
+    data::SplitFile reader(deck.data.path, "train", gpt ? deck.model.seq_len : 0);
     if (const std::string problem = vocab_problem(deck, reader); !problem.empty()) fatal_all(problem);
     source = deck.data.path;
     return input_spec(deck, reader);
@@ -126,8 +125,8 @@ std::string plan_text(const config::Deck& deck, int world) {
   const int64_t in_flight = plan.micro_batches_in_flight();
   const int64_t device_bytes = state.total() + in_flight * largest_activation;
   std::string gpu;
-  if (const int gpus = comm::cuda_visible_devices(); gpus > 0)
-    gpu = fmt::format(" of {} on this node's {}", size_text(comm::cuda_total_memory_bytes(0)), comm::cuda_device_name(0));
+  if (const auto node_gpu = comm::first_visible_gpu())
+    gpu = fmt::format(" of {} on this node's {}", size_text(node_gpu->total_bytes), node_gpu->name);
   out += fmt::format("device memory per rank on a GPU: at least {} = model state {} + stage outputs of {} micro-batch(es) "
                      "in flight {}{} (the layers' inner activations and the allocator's cache come on top)\n",
                      size_text(device_bytes), size_text(state.total()), in_flight, size_text(in_flight * largest_activation), gpu);

@@ -1,20 +1,21 @@
 #pragma once
 // `trident plan`: what a run would do, without running it: the layout, the batch arithmetic,
-// the model's parameters and the model-state bytes each rank will hold.
+// the model's parameters and the model-state bytes each rank will hold. No LibTorch: `trident`
+// runs plan itself (a login node need not load it).
 #include <cstdint>
 #include <string>
 
 #include "config/deck.hpp"
-#include "data/dataset.hpp"
+#include "data/split_file.hpp"
 #include "model/layer_info.hpp"
 
 namespace trident::train {
 
 // The model's input as the dataset gives it; a GPT's vocabulary is model.vocab when set (it
 // may exceed the dataset's, e.g. padded to a multiple of 64 for faster matmuls).
-model::InputSpec input_spec(const config::Deck& deck, const data::SplitReader& train_split);
+model::InputSpec input_spec(const config::Deck& deck, const data::SplitFile& train_split);
 // "" unless model.vocab is set below the token dataset's vocabulary (what train and plan refuse).
-std::string vocab_problem(const config::Deck& deck, const data::SplitReader& train_split);
+std::string vocab_problem(const config::Deck& deck, const data::SplitFile& train_split);
 
 // "777.84 MiB", "1.20 GiB", "4.0 KiB".
 std::string size_text(int64_t bytes);

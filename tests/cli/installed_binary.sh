@@ -4,7 +4,8 @@
 # NCCL in the CUDA flavour, without LD_LIBRARY_PATH), trident hands `train` to the trident-torch
 # beside it, and their RUNPATHs, and the build tree's (TRIDENT), name only folders that exist (no
 # empty entry: the loader reads one as the current folder). trident itself needs no LibTorch
-# library, and without trident-torch beside it, `train` is a fault (exit 1) that names the file.
+# library, and without trident-torch beside it, `train` is a fault (exit 1) that names the file,
+# while `plan` (a login node's check of a deck) runs as with it.
 set -u
 cmake=$1 build=$2 build_binary=$3
 prefix=$(mktemp -d)
@@ -33,6 +34,19 @@ cat "$prefix/alone.txt"
 grep -q "cannot run $prefix/alone/trident-torch (No such file or directory): train needs it" "$prefix/alone.txt" ||
   fail "trident without trident-torch: the message does not name the missing file"
 env -i PATH=/usr/bin:/bin "$prefix/alone/trident" --version >/dev/null || fail "trident alone does not start"
+# The plan reads the dataset's vocabulary (1000, not the 256 it assumes without a file).
+"$prefix/bin/trident" prepare-data synthetic --out "$prefix/tokens.h5" --tokens 40000 --vocab 1000 >/dev/null ||
+  fail "prepare-data synthetic --tokens"
+deck=$(cd "$(dirname "$0")/../../inputs" && pwd)/gpt_fortunes.ini
+for binary in "$prefix/alone/trident" "$prefix/bin/trident-torch"; do
+  env -i PATH=/usr/bin:/bin "$binary" plan "$deck" --world 4 --set parallel.pp=2 --set parallel.zero=1 \
+    --set data.path="$prefix/tokens.h5" \
+    >"$prefix/plan_$(basename "$(dirname "$binary")").txt" 2>&1 || fail "$binary plan: $(tail -3 "$prefix/plan_"*.txt)"
+done
+cat "$prefix/plan_alone.txt"
+grep -q "^layout: world 4 = dp 2 x pp 2 | zero 1" "$prefix/plan_alone.txt" || fail "trident alone: plan printed no layout"
+grep -q "(input $prefix/tokens.h5)" "$prefix/plan_alone.txt" || fail "trident alone: plan did not read the dataset"
+diff "$prefix/plan_alone.txt" "$prefix/plan_bin.txt" || fail "trident alone and trident-torch plan differently"
 # check_runpath BINARY: every RUNPATH entry an existing folder.
 check_runpath() {
   local runpath

@@ -1,6 +1,7 @@
 // trident's own CUDA kernels (lib/kernels) against float64 references computed on the CPU from
 // the same inputs (label gpu; exit 77, skipped, where no GPU is visible). Fresh random inputs for
-// every case, shapes that take the vectorised path and shapes that do not.
+// every case, shapes that take the vectorised path and shapes that do not. And the node's GPU as
+// `trident plan` names it (from the driver) against the CUDA runtime's answer.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +14,7 @@
 #include <tuple>
 
 #include "comm/cuda_runtime.hpp"
+#include "comm/node_gpu.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/gelu_matmul.hpp"
 #include "model/gpt.hpp"
@@ -394,6 +396,16 @@ TEST(CudaKernels, MixedLayersFallBackToAten) {
   EXPECT_FALSE(trident::model::gelu_mlp_applies(x16, w_in, b_in, w_out, b_out)) << "no autocast";
   EXPECT_TRUE(at::equal(trident::model::gelu_mlp(x16, w_in, b_in, w_out, b_out),
                         at::linear(at::gelu(at::linear(x16, w_in, b_in), "tanh"), w_out, b_out)));
+}
+
+// `trident plan` asks the driver (dlopen, comm/node_gpu.cpp) what the training asks the CUDA
+// runtime: the same first visible device, its name and memory.
+TEST(NodeGpu, DriverNamesTheDeviceTheRuntimeSees) {
+  const auto gpu = trident::comm::first_visible_gpu();
+  ASSERT_TRUE(gpu.has_value()) << "the driver named no GPU where the runtime sees "
+                               << trident::comm::cuda_visible_devices();
+  EXPECT_EQ(gpu->name, trident::comm::cuda_device_name(0));
+  EXPECT_EQ(gpu->total_bytes, trident::comm::cuda_total_memory_bytes(0));
 }
 
 }  // namespace
