@@ -46,7 +46,9 @@
   X(model, heads, int64_t, 4, "gpt: attention heads per block (>= 1; d_model must be divisible by it)") \
   X(model, d_model, int64_t, 256, "gpt: embedding width (>= 1)")                                       \
   X(model, seq_len, int64_t, 128, "gpt: tokens per sample (context length, >= 1); a sample is seq_len + 1 tokens") \
-  X(model, vocab, int64_t, 0, "gpt: vocabulary size (>= the dataset's); 0 = the dataset's 'vocab' attribute")
+  X(model, vocab, int64_t, 0, "gpt: vocabulary size (>= the dataset's); 0 = the dataset's 'vocab' attribute") \
+  X(model, recompute, bool, false,                                                              \
+    "gpt: full activation recomputation ('activation checkpointing'): each transformer block keeps only its input for the backward and runs again there, so its activations are not held between forward and backward (about 1/3 more compute); not with parallel.schedule = zb-h1")
 
 #define TRIDENT_DECK_PARALLEL(X)                                                                \
   X(parallel, dp, std::string, "auto", "data-parallel replicas; auto = world size / pp")        \

@@ -19,7 +19,7 @@ void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink
   for (int64_t out : {32, 64}) {
     h /= 2;  // the pooling's floor
     w /= 2;
-    emit("block" + std::to_string(index++), {out, h, w}, [&](bool /*draw_weights*/) {
+    emit("block" + std::to_string(index++), {out, h, w}, /*recomputable=*/false, [&](bool /*draw_weights*/) {
       torch::nn::Sequential block;
       block->push_back("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
       block->push_back("bn", torch::nn::BatchNorm2d(out));
@@ -29,7 +29,7 @@ void build_cnn(const config::Deck& deck, const InputSpec& input, const LayerSink
     });
     in = out;
   }
-  emit("head", {input.classes}, [&](bool /*draw_weights*/) {
+  emit("head", {input.classes}, /*recomputable=*/false, [&](bool /*draw_weights*/) {
     torch::nn::Sequential head;
     head->push_back("flatten", torch::nn::Flatten());
     head->push_back("linear", torch::nn::Linear(in * h * w, input.classes));

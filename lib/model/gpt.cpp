@@ -523,19 +523,19 @@ void build_gpt(const config::Deck& deck, const InputSpec& input, const LayerSink
     }
     return module;
   };
-  emit("embed", {t, d}, [&](bool draw_weights) {
+  emit("embed", {t, d}, /*recomputable=*/false, [&](bool draw_weights) {
     torch::nn::Sequential embed;
     embed->push_back("embedding", Embedding(vocab, m.seq_len, d));
     return draw_weights ? initialised(embed) : embed;
   });
   for (int64_t l = 1; l <= m.layers; ++l) {
-    emit("block" + std::to_string(l), {t, d}, [&](bool draw_weights) {
+    emit("block" + std::to_string(l), {t, d}, /*recomputable=*/true, [&](bool draw_weights) {
       torch::nn::Sequential block;
       block->push_back("block", Block(d, m.heads));
       return draw_weights ? initialised(block) : block;
     });
   }
-  emit("head", {t, vocab}, [&](bool draw_weights) {
+  emit("head", {t, vocab}, /*recomputable=*/false, [&](bool draw_weights) {
     torch::nn::Sequential head;
     head->push_back("norm", MixedLayerNorm(d));
     head->push_back("linear", Projection(d, vocab, /*with_bias=*/false));

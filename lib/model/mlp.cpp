@@ -14,7 +14,7 @@ void build_mlp(const config::Deck& deck, const InputSpec& input, const LayerSink
   for (auto d : input.sample_shape) width *= d;
   const auto hidden = config::hidden_sizes(deck);
   for (size_t i = 0; i < hidden.size(); ++i) {
-    emit("fc" + std::to_string(i + 1), {hidden[i]}, [&](bool /*draw_weights*/) {
+    emit("fc" + std::to_string(i + 1), {hidden[i]}, /*recomputable=*/false, [&](bool /*draw_weights*/) {
       torch::nn::Sequential block;
       if (i == 0) block->push_back("flatten", torch::nn::Flatten());
       block->push_back("linear", torch::nn::Linear(width, hidden[i]));
@@ -23,7 +23,7 @@ void build_mlp(const config::Deck& deck, const InputSpec& input, const LayerSink
     });
     width = hidden[i];
   }
-  emit("head", {input.classes}, [&](bool /*draw_weights*/) {
+  emit("head", {input.classes}, /*recomputable=*/false, [&](bool /*draw_weights*/) {
     torch::nn::Sequential head;
     if (hidden.empty()) head->push_back("flatten", torch::nn::Flatten());
     head->push_back("linear", torch::nn::Linear(width, input.classes));

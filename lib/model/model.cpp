@@ -12,6 +12,7 @@
 #include "core/memory_limit.hpp"
 #include "core/tensor_storage.hpp"
 #include "core/torch_error.hpp"
+#include "model/recompute.hpp"
 
 namespace trident::model {
 
@@ -23,7 +24,9 @@ torch::Tensor LayerStackImpl::forward(torch::Tensor x) {
   LayerHooks* hooks = *hooks_;
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (hooks) hooks->before_layer(first_index_ + l);
-    x = layers_[l].module->forward(x);
+    // Recomputed only where a backward will run (not in evaluation, under no_grad).
+    x = layers_[l].recompute && torch::GradMode::is_enabled() ? recomputed_forward(layers_[l].module, x)
+                                                              : layers_[l].module->forward(x);
     if (hooks) hooks->after_layer(first_index_ + l, x);
   }
   return x;
@@ -96,7 +99,8 @@ void build_each_layer(const config::Deck& deck, const InputSpec& input, const st
   }
   const GeneratorRestore restore(generator);
   size_t index = 0;
-  builder(deck, input, [&](const std::string& name, std::vector<int64_t> output_shape, const LayerMaker& make) {
+  builder(deck, input, [&](const std::string& name, std::vector<int64_t> output_shape, bool recomputable,
+                           const LayerMaker& make) {
     const size_t layer = index++;
     if (!keep(layer)) return;
     {
@@ -119,7 +123,7 @@ void build_each_layer(const config::Deck& deck, const InputSpec& input, const st
       fatal_all(fmt::format("the model ({}) is too large to build: layer {} could not be allocated on {} ({})",
                             model_size_keys(deck, input), layer + 1, who(), reason));
     }
-    sink(Layer{name, std::move(module), std::move(output_shape)});
+    sink(Layer{name, std::move(module), std::move(output_shape), recomputable && deck.model.recompute});
   });
 }
 

@@ -22,6 +22,9 @@ struct Layer {
   // needs no forward (of a whole GPT at its sequence length, a minute on the CPU for 1.5 B
   // parameters). Empty: found by a forward.
   std::vector<int64_t> output_shape;
+  // model.recompute: the stack keeps only the layer's input for backward and runs the layer again
+  // there (model/recompute.hpp).
+  bool recompute = false;
 };
 
 // Called around each layer's forward: ZeRO-3 gathers a layer's parameters just before it runs
@@ -55,16 +58,19 @@ TORCH_MODULE(LayerStack);
 inline LayerStack slice(const LayerStack& stack, size_t begin, size_t end) { return LayerStack(stack->slice(begin, end)); }
 
 // A builder hands its model's layers over one after another, in model order, each as its name,
-// one sample's shape leaving it, and a function that makes it (constructs the module and draws its
-// initial weights from torch's default generator). The caller makes only the layers it keeps, each
-// from a generator seeded for that layer alone (build_each_layer): a layer's weights do not depend
+// one sample's shape leaving it, whether it is worth recomputing, and a function that makes it
+// (constructs the module and draws its initial weights from torch's default generator). The
+// caller makes only the layers it keeps, each from a generator seeded for that layer alone (build_each_layer): a layer's weights do not depend
 // on which other layers are made, so a pipeline stage is built without drawing the rest of the
 // model's weights, and no rank needs the whole model in memory (or the time to initialise it) to
 // hold its stage.
 // `draw_weights` false: the parameters may be left as allocated, for the caller to fill (from a
 // checkpoint, or not at all: a ZeRO-3 rank whose partition holds none of them).
+// `recomputable`: a layer that holds much more for its backward than its input (a transformer
+// block), which model.recompute runs again in the backward instead.
 using LayerMaker = std::function<torch::nn::Sequential(bool draw_weights)>;
-using LayerSink = std::function<void(const std::string& name, std::vector<int64_t> output_shape, const LayerMaker& make)>;
+using LayerSink = std::function<void(const std::string& name, std::vector<int64_t> output_shape, bool recomputable,
+                                     const LayerMaker& make)>;
 using Builder = std::function<void(const config::Deck&, const InputSpec&, const LayerSink& emit)>;
 
 // The layers of the model named by model.kind for which `keep(index)` holds, made one by one and

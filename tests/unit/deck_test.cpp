@@ -44,7 +44,7 @@ TEST(Deck, KeysArePinnedAndEachHasHelp) {
       "run.cuda_graph", "data.path", "data.prefetch", "data.check_finite",
       "data.verify_checksums",
       "model.kind", "model.hidden", "model.layers", "model.heads", "model.d_model", "model.seq_len", "model.vocab",
-      "parallel.dp", "parallel.pp",
+      "model.recompute", "parallel.dp", "parallel.pp",
       "parallel.boundaries", "parallel.balance", "parallel.zero", "parallel.schedule", "parallel.virtual_stages", "parallel.backend", "parallel.bucket_mb", "optim.name", "optim.lr",
       "optim.lr_schedule", "optim.warmup_steps", "optim.min_lr", "optim.weight_decay", "optim.momentum",
       "optim.beta1", "optim.beta2", "optim.eps", "optim.global_batch", "optim.micro_batch", "optim.max_micro_batch",
@@ -220,6 +220,21 @@ TEST(Deck, OutOfRangeValues) {
             std::string::npos);
   EXPECT_EQ(validation_message("[parallel]\npp = 2\nboundaries = 3\n"), "");
   EXPECT_EQ(validation_message("[parallel]\npp = 2\nbalance = time\n"), "");
+}
+
+// model.recompute runs a GPT's transformer blocks again in the backward: for another model it
+// would do nothing, and zb-h1 splits the backward a recomputed block computes whole.
+TEST(Deck, RecomputeNeedsAGptAndAWholeBackward) {
+  EXPECT_NE(validation_message("[model]\nrecompute = true\n")
+                .find("model.recompute: recomputes a GPT's transformer blocks; model.kind = cnn has none"),
+            std::string::npos);
+  EXPECT_EQ(validation_message("[model]\nkind = gpt\nrecompute = true\n"), "");
+  EXPECT_NE(validation_message("[model]\nkind = gpt\nrecompute = true\n[parallel]\npp = 2\nschedule = zb-h1\n")
+                .find("model.recompute: parallel.schedule = zb-h1 splits each block's backward"),
+            std::string::npos);
+  EXPECT_EQ(validation_message("[model]\nkind = gpt\nrecompute = true\n[parallel]\npp = 2\nschedule = gpipe\n"), "");
+  EXPECT_EQ(validation_message("[model]\nkind = gpt\nrecompute = true\n[parallel]\nzero = 3\nschedule = zb-h1\n"), "")
+      << "zb-h1 without a pipeline splits no backward";
 }
 
 TEST(Deck, LayoutMustMatchWorld) {

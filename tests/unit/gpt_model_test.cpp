@@ -1,8 +1,9 @@
 // The GPT model against independent computations: attention against loops in double precision,
 // causality of the whole model, its parameter count against the closed formula; a stage built
 // alone or partitioned (ZeRO-3) and the output shapes the builders declare (every model kind)
-// against the whole model; parallel.balance = time's layer timing (one layer at a time); and the
-// token datasets against the bytes of the text they were made from.
+// against the whole model; parallel.balance = time's layer timing (one layer at a time); recomputed
+// blocks (model.recompute) against stored ones; and the token datasets against the bytes of the
+// text they were made from.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -10,6 +11,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <tuple>
 
 #include "config/deck.hpp"
@@ -20,7 +23,9 @@
 #include "core/memory_limit.hpp"
 #include "model/gpt.hpp"
 #include "model/layer_timing.hpp"
+#include "model/loss.hpp"
 #include "model/model.hpp"
+#include "optim/precision.hpp"
 #include "train/host_memory_budget.hpp"
 #include "../remove_tree.hpp"
 
@@ -366,6 +371,57 @@ TEST(GptModel, LogitsAtAPositionDependOnlyOnTokensUpToIt) {
   const auto a = model->forward(tokens), b = model->forward(changed);
   EXPECT_EQ((a.narrow(1, 0, 9) - b.narrow(1, 0, 9)).abs().max().item<double>(), 0.0);
   EXPECT_GT((a.narrow(1, 9, 7) - b.narrow(1, 9, 7)).abs().max().item<double>(), 1e-4);
+}
+
+// model.recompute: between the embedding and the head the backward graph holds one node per block,
+// which keeps the block's input alone (the stored blocks' graph holds each block's GELU, attention
+// and the rest, with their activations), and the backward gives the very same loss and gradients,
+// in fp32 and under bf16 autocast (whose recomputation must cast as the forward did).
+TEST(GptModel, RecomputedBlocksGiveTheStoredBlocksGradients) {
+  for (const bool bf16 : {false, true}) {
+    std::vector<at::Tensor> losses;
+    std::vector<std::vector<at::Tensor>> grads;
+    for (const bool recompute : {false, true}) {
+      auto deck = gpt_deck();
+      deck.model.recompute = recompute;
+      torch::manual_seed(3);
+      auto model = model::build(deck, {{16}, 50, true});
+      torch::manual_seed(5);
+      const auto tokens = torch::randint(50, {4, 16}, torch::kLong), labels = torch::randint(50, {4, 16}, torch::kLong);
+      at::Tensor loss;
+      {
+        const optim::AutocastScope autocast(bf16 ? at::kBFloat16 : at::kFloat, /*cuda=*/false);
+        loss = model::cross_entropy(model->forward(tokens), labels, /*mean=*/true);
+      }
+      // The graph's nodes by name, each once.
+      std::map<std::string, int> nodes;
+      std::set<const torch::autograd::Node*> seen;
+      std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+      while (!todo.empty()) {
+        torch::autograd::Node* node = todo.back();
+        todo.pop_back();
+        if (!node || !seen.insert(node).second) continue;
+        ++nodes[node->name()];
+        for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+      }
+      int recomputed = 0, gelu = 0;
+      for (const auto& [name, count] : nodes) {
+        if (name.find("RecomputedLayer") != std::string::npos) recomputed += count;
+        if (name.find("Gelu") != std::string::npos) gelu += count;
+      }
+      EXPECT_EQ(recomputed, recompute ? 3 : 0) << "bf16 " << bf16;
+      EXPECT_EQ(gelu, recompute ? 0 : 3) << "bf16 " << bf16 << ": a block's GELU in the graph";
+      loss.backward();
+      losses.push_back(loss.detach());
+      grads.emplace_back();
+      for (const auto& p : model->parameters()) grads.back().push_back(p.grad().clone());
+    }
+    EXPECT_TRUE(at::equal(losses[0], losses[1])) << "bf16 " << bf16;
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    for (size_t i = 0; i < grads[0].size(); ++i)
+      EXPECT_TRUE(at::equal(grads[0][i], grads[1][i]))
+          << "bf16 " << bf16 << ", parameter " << i << ": " << (grads[0][i] - grads[1][i]).abs().max().item<double>();
+  }
 }
 
 TEST(TokenDataset, SamplesAreWindowsOfTheTextBytes) {
