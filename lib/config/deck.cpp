@@ -435,13 +435,10 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
       fail("model.d_model", fmt::format("{} is not divisible by model.heads({})", d.model.d_model, d.model.heads));
   }
 
-  if (d.model.recompute && d.model.kind != "gpt")
+  if (d.model.recompute && d.model.kind != "gpt")  // (zb-h1 recomputes a block for B and again for W)
     fail("model.recompute", fmt::format("recomputes a GPT's transformer blocks; model.kind = {} has none (its layers "
                                         "hold little more than their outputs for the backward)",
                                         d.model.kind));
-  else if (d.model.recompute && d.parallel.pp > 1 && d.parallel.schedule == "zb-h1")
-    fail("model.recompute", "parallel.schedule = zb-h1 splits each block's backward into input and weight gradients, "
-                            "which a recomputed block computes in one pass: use 1f1b or interleaved with it");
 
   const int64_t pp = d.parallel.pp;
   if (pp < 1) fail("parallel.pp", fmt::format("{} is out of range (must be >= 1)", pp));

@@ -48,7 +48,7 @@
   X(model, seq_len, int64_t, 128, "gpt: tokens per sample (context length, >= 1); a sample is seq_len + 1 tokens") \
   X(model, vocab, int64_t, 0, "gpt: vocabulary size (>= the dataset's); 0 = the dataset's 'vocab' attribute") \
   X(model, recompute, bool, false,                                                              \
-    "gpt: full activation recomputation ('activation checkpointing'): each transformer block keeps only its input for the backward and runs again there, so its activations are not held between forward and backward (about 1/3 more compute); not with parallel.schedule = zb-h1")
+    "gpt: full activation recomputation ('activation checkpointing'): each transformer block keeps only its input for the backward and runs again there, so its activations are not held between forward and backward (about 1/3 more compute; under parallel.schedule = zb-h1 at pp >= 2 twice: its input and weight gradients run apart)")
 
 #define TRIDENT_DECK_PARALLEL(X)                                                                \
   X(parallel, dp, std::string, "auto", "data-parallel replicas; auto = world size / pp")        \

@@ -10,6 +10,7 @@
 #include "comm/cuda_runtime.hpp"
 #include "core/timer.hpp"
 #include "model/loss.hpp"
+#include "model/recompute.hpp"
 #include "optim/precision.hpp"
 
 namespace trident::model {
@@ -47,7 +48,8 @@ class LayerTimer {
       at::Tensor output, loss;
       {
         optim::AutocastScope autocast(compute_, device_.is_cuda());
-        output = module->forward(input_);
+        // A recomputed block (model.recompute) is timed as it trains: its forward twice.
+        output = layer.recompute ? recomputed_forward(module, input_) : module->forward(input_);
         if (last) loss = cross_entropy(output, labels_, /*mean=*/true);
       }
       if (last) {

@@ -1,9 +1,11 @@
 #include "model/recompute.hpp"
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <optional>
+#include <atomic>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -12,6 +14,8 @@
 namespace trident::model {
 
 namespace {
+
+std::atomic<int64_t> recomputed{0};
 
 // Inputs: x, the layer's parameters, then what is not a tensor; backward returns one gradient
 // for each, in that order (undefined where none). custom_function runs forward with autograd off,
@@ -27,7 +31,21 @@ class RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["autocast"] = static_cast<int64_t>(optim::active_autocast_type(x.is_cuda()));
     ctx->saved_data["params"] = static_cast<int64_t>(params.size());
-    return layer->forward(x);
+    // Autocast's cache of cast weights off for this forward: casts made here record no autograd
+    // edge, and a later use of the same weight under the same autocast scope with autograd on
+    // (the recomputation, were backward called inside the scope) would take them and give the
+    // weight no gradient.
+    const bool caching = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    at::Tensor y;
+    try {
+      y = layer->forward(x);
+    } catch (...) {
+      at::autocast::set_autocast_cache_enabled(caching);
+      throw;
+    }
+    at::autocast::set_autocast_cache_enabled(caching);
+    return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -48,6 +66,7 @@ class RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
       const optim::AutocastScope autocast_scope(autocast, saved.is_cuda());
       y = layer->forward(x);
     }
+    recomputed.fetch_add(1, std::memory_order_relaxed);
     std::vector<at::Tensor> wanted;
     std::vector<size_t> slot;  // where each of `wanted`'s gradients goes in the result
     if (ctx->needs_input_grad(0)) {
@@ -63,12 +82,20 @@ class RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
     if (wanted.empty() || !y.requires_grad()) return result;
     const auto grads = torch::autograd::grad({y}, wanted, {grad_outputs[0]}, /*retain_graph=*/false,
                                              /*create_graph=*/false, /*allow_unused=*/true);
-    for (size_t i = 0; i < grads.size(); ++i) result[slot[i]] = grads[i];
+    for (size_t i = 0; i < grads.size(); ++i) {
+      // Every parameter of a block takes part in its forward: one without a gradient here would
+      // be a recomputation that did not reach it, not a zero gradient.
+      TRIDENT_CHECK(grads[i].defined() || slot[i] == 0,
+                    "recomputed layer: parameter " + std::to_string(slot[i] - 1) + " got no gradient");
+      result[slot[i]] = grads[i];
+    }
     return result;
   }
 };
 
 }  // namespace
+
+int64_t recomputations() { return recomputed.load(std::memory_order_relaxed); }
 
 at::Tensor recomputed_forward(const torch::nn::Sequential& layer, const at::Tensor& x) {
   const std::vector<at::Tensor> params = layer->parameters();

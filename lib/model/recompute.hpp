@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <cstdint>
+
 namespace trident::model {
 
 // layer(x), recomputed in the backward. The forward and its recomputation run under the autocast
@@ -16,5 +18,8 @@ namespace trident::model {
 // gathers them again before the layer's backward: the hook on the output it registers runs first).
 // `layer` must outlive the backward.
 at::Tensor recomputed_forward(const torch::nn::Sequential& layer, const at::Tensor& x);
+
+// Layers run again in a backward so far, in this process (tests: that a run recomputed).
+int64_t recomputations();
 
 }  // namespace trident::model

@@ -23,6 +23,7 @@
 #include "comm/world.hpp"
 #include "core/error.hpp"
 #include "kernels/gelu_matmul.hpp"
+#include "model/recompute.hpp"
 #include "checkpoint_files.hpp"
 #include "run_over_mpi.hpp"
 #include "train_helpers.hpp"
@@ -174,9 +175,11 @@ TEST(Gpu, RecomputedBlocksTrainAsStoredOnes) {
   const auto stored = run(on(deck, "cuda"), MPI_COMM_WORLD, "stored");
   const int64_t stored_peak = comm::cuda_peak_allocated_bytes(0) - before;
   deck.model.recompute = true;
+  const int64_t recomputations_before = model::recomputations();
   before = comm::cuda_reset_peak_allocated_bytes(0);
   const auto recomputed = run(on(deck, "cuda"), MPI_COMM_WORLD, "recomputed");
   const int64_t recomputed_peak = comm::cuda_peak_allocated_bytes(0) - before;
+  EXPECT_GT(model::recomputations(), recomputations_before) << "no block was recomputed";
   std::printf("device peak above the start: stored blocks %lld bytes, recomputed %lld\n",
               static_cast<long long>(stored_peak), static_cast<long long>(recomputed_peak));
   EXPECT_LT(recomputed_peak, stored_peak);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "checkpoint_files.hpp"
+#include "model/recompute.hpp"
 #include "train_helpers.hpp"
 
 using namespace trident;
@@ -117,8 +118,9 @@ TEST(GptEquivalence, PipelineAndZero3EqualOneRank) {
 // the blocks' parameters or backward move: one rank in fp32 and bf16; at np 2 DDP (its buckets
 // launched by the parameters' accumulators, which the recomputation's inner backward does not
 // run), ZeRO-3 (each block gathered again before its backward, by a hook on the recomputed
-// output), and pipelines with several micro-batches in flight (1f1b, gpipe with ZeRO-1,
-// interleaved in bf16).
+// output), and pipelines with several micro-batches in flight (1f1b, gpipe with ZeRO-1, zb-h1 with
+// ZeRO-3, whose split backward recomputes a block for its input gradient and again, its layer
+// gathered anew, for its weight gradients, interleaved in bf16).
 TEST(GptTraining, RecomputedBlocksTrainAsStoredOnes) {
   if (world_size() > 2) GTEST_SKIP() << "np 1 and 2 cover it";
   struct Layout {
@@ -134,6 +136,7 @@ TEST(GptTraining, RecomputedBlocksTrainAsStoredOnes) {
                {"dp2_zero3", 1, 3, "1f1b", 1, "fp32"},
                {"pp2_1f1b", 2, 0, "1f1b", 1, "fp32"},
                {"pp2_gpipe_zero1", 2, 1, "gpipe", 1, "fp32"},
+               {"pp2_zbh1_zero3", 2, 3, "zb-h1", 1, "fp32"},
                {"pp2_interleaved_bf16", 2, 0, "interleaved", 2, "bf16"}};
   for (const auto& layout : layouts) {
     auto deck = tiny_gpt_deck("gpt_recompute_" + layout.name);
@@ -142,9 +145,12 @@ TEST(GptTraining, RecomputedBlocksTrainAsStoredOnes) {
     deck.parallel.schedule = layout.schedule;
     deck.parallel.virtual_stages = layout.virtual_stages;
     deck.optim.precision = layout.precision;
+    const int64_t before = model::recomputations();
     const auto stored = train_on(deck, MPI_COMM_WORLD, "stored");
+    EXPECT_EQ(model::recomputations(), before) << layout.name;
     deck.model.recompute = true;
     const auto recomputed = train_on(deck, MPI_COMM_WORLD, "recomputed");
+    EXPECT_GT(model::recomputations(), before) << layout.name << ": no block was recomputed";
     ASSERT_FALSE(stored.params.empty());
     EXPECT_EQ(max_relative_difference(recomputed, stored), 0.0) << layout.name;
     ASSERT_EQ(recomputed.result.logged_losses.size(), stored.result.logged_losses.size()) << layout.name;

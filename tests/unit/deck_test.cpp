@@ -223,18 +223,13 @@ TEST(Deck, OutOfRangeValues) {
 }
 
 // model.recompute runs a GPT's transformer blocks again in the backward: for another model it
-// would do nothing, and zb-h1 splits the backward a recomputed block computes whole.
-TEST(Deck, RecomputeNeedsAGptAndAWholeBackward) {
+// would do nothing.
+TEST(Deck, RecomputeNeedsAGpt) {
   EXPECT_NE(validation_message("[model]\nrecompute = true\n")
                 .find("model.recompute: recomputes a GPT's transformer blocks; model.kind = cnn has none"),
             std::string::npos);
   EXPECT_EQ(validation_message("[model]\nkind = gpt\nrecompute = true\n"), "");
-  EXPECT_NE(validation_message("[model]\nkind = gpt\nrecompute = true\n[parallel]\npp = 2\nschedule = zb-h1\n")
-                .find("model.recompute: parallel.schedule = zb-h1 splits each block's backward"),
-            std::string::npos);
-  EXPECT_EQ(validation_message("[model]\nkind = gpt\nrecompute = true\n[parallel]\npp = 2\nschedule = gpipe\n"), "");
-  EXPECT_EQ(validation_message("[model]\nkind = gpt\nrecompute = true\n[parallel]\nzero = 3\nschedule = zb-h1\n"), "")
-      << "zb-h1 without a pipeline splits no backward";
+  EXPECT_EQ(validation_message("[model]\nkind = gpt\nrecompute = true\n[parallel]\npp = 2\nschedule = zb-h1\n"), "");
 }
 
 TEST(Deck, LayoutMustMatchWorld) {
