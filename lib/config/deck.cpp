@@ -435,7 +435,7 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
       fail("model.d_model", fmt::format("{} is not divisible by model.heads({})", d.model.d_model, d.model.heads));
   }
 
-  if (d.model.recompute && d.model.kind != "gpt")  // (zb-h1 recomputes a block for B and again for W)
+  if (d.model.recompute && d.model.kind != "gpt")
     fail("model.recompute", fmt::format("recomputes a GPT's transformer blocks; model.kind = {} has none (its layers "
                                         "hold little more than their outputs for the backward)",
                                         d.model.kind));

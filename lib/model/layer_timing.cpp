@@ -10,7 +10,6 @@
 #include "comm/cuda_runtime.hpp"
 #include "core/timer.hpp"
 #include "model/loss.hpp"
-#include "model/recompute.hpp"
 #include "optim/precision.hpp"
 
 namespace trident::model {
@@ -48,8 +47,7 @@ class LayerTimer {
       at::Tensor output, loss;
       {
         optim::AutocastScope autocast(compute_, device_.is_cuda());
-        // A recomputed block (model.recompute) is timed as it trains: its forward twice.
-        output = layer.recompute ? recomputed_forward(module, input_) : module->forward(input_);
+        output = forward_layer(layer, input_);  // a recomputed block as it trains: its forward twice
         if (last) loss = cross_entropy(output, labels_, /*mean=*/true);
       }
       if (last) {

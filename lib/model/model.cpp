@@ -20,13 +20,17 @@ LayerStackImpl::LayerStackImpl(std::vector<Layer> layers) : layers_(std::move(la
   for (auto& layer : layers_) register_module(layer.name, layer.module.ptr());
 }
 
+torch::Tensor forward_layer(const Layer& layer, const torch::Tensor& x) {
+  if (layer.recompute && torch::GradMode::is_enabled()) return recomputed_forward(layer.module, x);
+  torch::nn::Sequential module = layer.module;  // a handle: forward is not const
+  return module->forward(x);
+}
+
 torch::Tensor LayerStackImpl::forward(torch::Tensor x) {
   LayerHooks* hooks = *hooks_;
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (hooks) hooks->before_layer(first_index_ + l);
-    // Recomputed only where a backward will run (not in evaluation, under no_grad).
-    x = layers_[l].recompute && torch::GradMode::is_enabled() ? recomputed_forward(layers_[l].module, x)
-                                                              : layers_[l].module->forward(x);
+    x = forward_layer(layers_[l], x);
     if (hooks) hooks->after_layer(first_index_ + l, x);
   }
   return x;

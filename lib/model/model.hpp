@@ -27,6 +27,10 @@ struct Layer {
   bool recompute = false;
 };
 
+// layer(x), the way every forward that trains runs it: recomputed in the backward when
+// layer.recompute and autograd records (not in evaluation, under no_grad; model/recompute.hpp).
+torch::Tensor forward_layer(const Layer& layer, const torch::Tensor& x);
+
 // Called around each layer's forward: ZeRO-3 gathers a layer's parameters just before it runs
 // and frees them right after.
 class LayerHooks {
