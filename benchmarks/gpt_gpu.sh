@@ -70,15 +70,20 @@ for graph in "${graph_settings[@]}"; do
     exit 1
   fi
 done
-# VARIANTS: more trident rows, each "NAME:VAR=VALUE" (space-separated), run with run.cuda_graph =
-# true and that variable set, e.g. VARIANTS="bias_in_product:TRIDENT_BIAS_GRAD_IN_PRODUCT=1": a
-# change behind a variable measured against the default in the same call. A failed one is left out.
+# VARIANTS: more trident rows, each "NAME:VAR=VALUE[,VAR=VALUE...]" (space-separated), run with
+# run.cuda_graph = true and those variables set, e.g. VARIANTS="adamw_kernel:TRIDENT_ADAMW_KERNEL=1":
+# a change behind a variable measured against the default in the same call. A failed one is left
+# out. The run's "cublaslt candidate" lines (TRIDENT_LT_FASTEST=1) are printed.
 for variant in ${VARIANTS:-}; do
   name=${variant%%:*} setting=${variant#*:}
-  [ "$name" != "$variant" ] && [[ $setting == *=* ]] || { echo "VARIANTS: '$variant' is not NAME:VAR=VALUE" >&2; exit 2; }
-  if (export "${setting?}" && train_gpt "run_$name" $((warmup + steps)) --set run.cuda_graph=true); then
+  IFS=, read -ra settings <<<"$setting"
+  for one in "${settings[@]}"; do
+    [ "$name" != "$variant" ] && [[ $one == *=* ]] || { echo "VARIANTS: '$variant' is not NAME:VAR=VALUE[,VAR=VALUE...]" >&2; exit 2; }
+  done
+  if (export "${settings[@]}" && train_gpt "run_$name" $((warmup + steps)) --set run.cuda_graph=true); then
     rows+=("$(trident_row "run_$name" "trident (run.cuda_graph, $name)")")
   fi
+  grep -h "cublaslt candidate" "run_$name.log" || true
 done
 if [ -n "$modes" ]; then
   while IFS= read -r line; do rows+=("$line"); done < <("$python" "$here/gpt_reference.py" --layers "$L" --heads "$H" \

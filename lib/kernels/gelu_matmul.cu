@@ -8,13 +8,16 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "comm/cuda_check.hpp"
 #include "kernels/gelu_matmul.hpp"
@@ -63,6 +66,7 @@ struct Product {
   int device;
   cudaStream_t stream;
   bool transpose_b = false, float_d = false;
+  const void* c = nullptr;  // added to the product (beta 1), D's type and layout; or none (beta 0)
 };
 
 // One descriptor set for one call (host objects, microseconds), destroyed on the way out.
@@ -82,14 +86,79 @@ void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, cons
   CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value)));
 }
 
-// The heuristic's first choice, once per shape: asking costs tens of microseconds of host time,
-// 24 times a GPT-2 small step. None where cuBLASLt has no algorithm for it (also remembered).
+cublasStatus_t launch(const Product& p, const Descriptors& desc, const cublasLtMatmulAlgo_t& algo) {
+  const float alpha = 1.f, beta = p.c ? 1.f : 0.f;
+  return cublasLtMatmul(handle(), desc.op, &alpha, p.a, desc.a, p.b, desc.b, &beta, p.c ? p.c : p.d, desc.d, p.d,
+                        desc.d, &algo, p.workspace, kWorkspaceBytes, p.stream);
+}
+
+// TRIDENT_LT_FASTEST=1 (read when a shape is first seen): each shape's product is timed once with
+// each of the heuristic's first 16 candidates, their times printed to stderr, and the fastest kept
+// for the run, where the heuristic's first is used otherwise. Exploratory, to measure: a timed
+// choice can differ between runs, and so the bits of the training (a resume would not match the
+// run it continues), which the heuristic's fixed choice does not. Not while a graph is captured.
+bool fastest_wanted(cudaStream_t stream) {
+  const char* on = std::getenv("TRIDENT_LT_FASTEST");
+  if (!on || std::string(on) != "1") return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture == cudaStreamCaptureStatusNone;
+}
+
+template <typename T>
+T config_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  T value{};
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
+  return value;
+}
+
+// The candidate that ran the product fastest (mean of 5 runs after one), each one's time printed.
+cublasLtMatmulAlgo_t fastest(const Product& p, const Descriptors& desc,
+                             const std::vector<cublasLtMatmulHeuristicResult_t>& candidates) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  size_t best = 0;
+  float best_ms = -1;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const auto& algo = candidates[i].algo;
+    if (launch(p, desc, algo) != CUBLAS_STATUS_SUCCESS) continue;
+    constexpr int kRuns = 5;
+    CUDA_CHECK(cudaEventRecord(start, p.stream));
+    for (int r = 0; r < kRuns; ++r) CUBLASLT_CHECK(launch(p, desc, algo));
+    CUDA_CHECK(cudaEventRecord(stop, p.stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    ms /= kRuns;
+    std::fprintf(stderr,
+                 "cublaslt candidate: epilogue %d m %lld n %lld k %lld: #%zu algo %d tile %d stages %d split-k %d: "
+                 "%.1f us, %.0f TFLOP/s\n",
+                 static_cast<int>(p.epilogue), static_cast<long long>(p.m), static_cast<long long>(p.n),
+                 static_cast<long long>(p.k), i, config_value<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
+                 static_cast<int>(config_value<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID)),
+                 static_cast<int>(config_value<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID)),
+                 config_value<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), 1e3 * ms, flops / (ms * 1e9));
+    if (best_ms < 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::fprintf(stderr, "cublaslt candidate: epilogue %d m %lld n %lld k %lld: #%zu kept\n", static_cast<int>(p.epilogue),
+               static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k), best);
+  return candidates[best].algo;
+}
+
+// The heuristic's first choice (or the fastest, above), once per shape: asking costs tens of
+// microseconds of host time, 24 times a GPT-2 small step. None where cuBLASLt has no algorithm for
+// it (also remembered).
 std::optional<cublasLtMatmulAlgo_t> algorithm(const Product& p, const Descriptors& desc) {
-  using Key = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int>;
+  using Key = std::tuple<int, int, int, int, int, int, int64_t, int64_t, int64_t, int>;
   static std::mutex mutex;
   static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> chosen;
   const Key key{static_cast<int>(p.type), static_cast<int>(p.epilogue), p.transpose_a ? 1 : 0, p.transpose_b ? 1 : 0,
-                p.float_d ? 1 : 0, p.m, p.n, p.k, p.device};
+                p.float_d ? 1 : 0, p.c ? 1 : 0, p.m, p.n, p.k, p.device};
   std::lock_guard<std::mutex> lock(mutex);
   if (const auto found = chosen.find(key); found != chosen.end()) return found->second;
   cublasLtMatmulPreference_t preference = nullptr;
@@ -100,14 +169,19 @@ std::optional<cublasLtMatmulAlgo_t> algorithm(const Product& p, const Descriptor
   for (const auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(preference, attribute, &kAlignment, sizeof(kAlignment));
-  cublasLtMatmulHeuristicResult_t result{};
+  const bool timed = fastest_wanted(p.stream);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(timed ? 16 : 1);
   int found = 0;
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle(), desc.op, desc.a, desc.b, desc.d, desc.d, preference, 1, &result, &found);
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle(), desc.op, desc.a, desc.b, desc.d, desc.d,
+                                                               preference, static_cast<int>(results.size()),
+                                                               results.data(), &found);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) CUBLASLT_CHECK(status);
-  const std::optional<cublasLtMatmulAlgo_t> algo =
-      status == CUBLAS_STATUS_SUCCESS && found > 0 ? std::optional(result.algo) : std::nullopt;
+  std::optional<cublasLtMatmulAlgo_t> algo;
+  if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+    results.resize(static_cast<size_t>(found));
+    algo = timed && found > 1 ? fastest(p, desc, results) : results[0].algo;
+  }
   chosen.emplace(key, algo);
   return algo;
 }
@@ -121,7 +195,7 @@ bool try_run(const Product& p) {
   set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N));
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(p.epilogue));
   if (p.bias) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-  if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB && p.float_d)  // D's type, the default, said outright
+  if (p.bias && p.float_d)  // an fp32 bias (read, or BGRADB's written): D's type, the default, said outright
     set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
   if (p.aux) {
     set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
@@ -138,9 +212,7 @@ bool try_run(const Product& p) {
   CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&desc.d, p.float_d ? CUDA_R_32F : type, p.m, p.n, p.m));
   const std::optional<cublasLtMatmulAlgo_t> algo = algorithm(p, desc);
   if (!algo) return false;
-  const float alpha = 1.f, beta = 0.f;
-  CUBLASLT_CHECK(cublasLtMatmul(handle(), desc.op, &alpha, p.a, desc.a, p.b, desc.b, &beta, p.d, desc.d, p.d, desc.d,
-                                &*algo, p.workspace, kWorkspaceBytes, p.stream));
+  CUBLASLT_CHECK(launch(p, desc, *algo));
   return true;
 }
 
@@ -150,7 +222,7 @@ void run(const Product& p) {
               std::to_string(p.m) + ", n " + std::to_string(p.n) + ", k " + std::to_string(p.k));
 }
 
-std::atomic<int64_t> weight_bias_products{0};
+std::atomic<int64_t> weight_bias_products{0}, residual_products{0};
 
 void check(bool ok, const char* what, int64_t rows, int64_t in, int64_t out) {
   if (!ok)
@@ -186,6 +258,23 @@ void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* 
   run({type, CUBLASLT_EPILOGUE_DGELU, /*transpose_a=*/false, out, rows, width, w2, g, nullptr, grad_pre,
        const_cast<void*>(pre), workspace, device, static_cast<cudaStream_t>(stream)});
 }
+
+// y^T [out, rows] (column-major, leading dimension out) = w x^T + bias + residual^T: A = w read
+// transposed, B = x as it is, as bias_gelu_matmul's; C = residual, D = y, both fp32.
+void residual_bias_matmul(HalfType type, const void* x, const void* w, const float* bias, const float* residual,
+                          int64_t rows, int64_t in, int64_t out, float* y, void* workspace, int device, void* stream) {
+  check(gelu_matmul_supports(rows, in, out) && aligned(x) && aligned(w) && aligned(bias) && aligned(residual) &&
+            aligned(y) && aligned(workspace),
+        "residual_bias_matmul", rows, in, out);
+  Product p{type, CUBLASLT_EPILOGUE_BIAS, /*transpose_a=*/true, out, rows, in, w, x, bias, y, /*aux=*/nullptr,
+            workspace, device, static_cast<cudaStream_t>(stream)};
+  p.float_d = true;
+  p.c = residual;
+  run(p);
+  residual_products.fetch_add(1, std::memory_order_relaxed);
+}
+
+int64_t residual_bias_matmuls() { return residual_products.load(std::memory_order_relaxed); }
 
 // k = rows = 1 is left out: cuBLASLt's bias gradient has been seen wrong there (OneFlow avoids
 // BGRADB at k == 1 for that reason).

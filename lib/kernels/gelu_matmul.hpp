@@ -32,6 +32,16 @@ void bias_gelu_matmul(HalfType type, const void* x, const void* w, const void* b
 void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* pre, int64_t rows, int64_t width,
                       int64_t out, void* grad_pre, void* workspace, int device, void* stream);
 
+// y = residual + x w^T + bias in one product, the residual added in its epilogue (beta 1) and y
+// written in fp32: the GPT block's last step, the MLP's output added to the fp32 residual stream
+// (model/gpt.cpp's residual_gelu_mlp), where ATen's add of a 16-bit output to fp32 rows is a pass
+// of its own. x [rows, in] and w [out, in] in `type`; bias [out], residual and y [rows, out] fp32;
+// row-major, contiguous, 16-byte aligned, y not residual. Asynchronous on `stream`.
+void residual_bias_matmul(HalfType type, const void* x, const void* w, const float* bias, const float* residual,
+                          int64_t rows, int64_t in, int64_t out, float* y, void* workspace, int device, void* stream);
+// How many residual_bias_matmul calls have queued their product in this process (tests).
+int64_t residual_bias_matmuls();
+
 // A linear layer's weight and bias gradients from one product, the bias's summed in its epilogue
 // (CUBLASLT_EPILOGUE_BGRADB) instead of a pass of its own over g (kernels/column_sums.hpp): g
 // [rows, out] the output's gradient, x [rows, in] the input, row-major in `type`; writes grad_w

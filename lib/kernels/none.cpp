@@ -1,8 +1,9 @@
 // The kernels of kernels/*.hpp in a build without CUDA: none, said so; callers check
-// cross_entropy_built(), layer_norm_supports(), column_sums_supports() and gelu_matmul_supports()
-// first.
+// cross_entropy_built(), layer_norm_supports(), column_sums_supports(), gelu_matmul_supports() and
+// adamw_built() first.
 #include <stdexcept>
 
+#include "kernels/adamw.hpp"
 #include "kernels/column_sums.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/gelu_matmul.hpp"
@@ -57,6 +58,13 @@ void gelu_grad_matmul(HalfType, const void*, const void*, const void*, int64_t, 
   throw std::logic_error("gelu_grad_matmul: this trident is built without CUDA");
 }
 
+void residual_bias_matmul(HalfType, const void*, const void*, const float*, const float*, int64_t, int64_t, int64_t,
+                          float*, void*, int, void*) {
+  throw std::logic_error("residual_bias_matmul: this trident is built without CUDA");
+}
+
+int64_t residual_bias_matmuls() { return 0; }
+
 bool weight_bias_grad_matmul_supports(int64_t, int64_t, int64_t) { return false; }
 
 bool weight_bias_grad_matmul(HalfType, const void*, const void*, int64_t, int64_t, int64_t, float*, float*, void*, int,
@@ -65,5 +73,14 @@ bool weight_bias_grad_matmul(HalfType, const void*, const void*, int64_t, int64_
 }
 
 int64_t weight_bias_grad_matmuls() { return 0; }
+
+bool adamw_built() { return false; }
+
+void adamw_step(float*, float*, float*, float*, int64_t, const AdamWSettings&, const float*, const float*, const float*,
+                int, void*) {
+  throw std::logic_error("adamw_step: this trident is built without CUDA");
+}
+
+int64_t adamw_steps() { return 0; }
 
 }  // namespace trident::kernels

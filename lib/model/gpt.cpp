@@ -18,6 +18,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "comm/cuda_runtime.hpp"
 #include "core/log.hpp"
@@ -164,46 +165,100 @@ class MixedLinearFunction : public torch::autograd::Function<MixedLinearFunction
 // product writes the GELU's output and its input; backward, the product of the output's gradient
 // and W_out writes the gradient of the GELU's input. One Function for both products because
 // that backward product is the second layer's input gradient and the first's activation
-// gradient at once. The weight and bias gradients as mixed_linear's.
+// gradient at once. The weight and bias gradients as mixed_linear's. The hidden layer and the
+// backward are shared with ResidualGeluMlpFunction (the output added to the residual stream).
+struct MlpHidden {
+  at::Tensor x16, w_in16, pre, activation, w_out16, workspace;
+};
+
+// The first product (and GELU) of the MLP, its inputs cast to the 16-bit type, all saved for
+// mlp_backward.
+MlpHidden mlp_hidden(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_in,
+                     const at::Tensor& b_in, const at::Tensor& w_out, bool bf16) {
+  const at::ScalarType type = half_scalar_type(bf16);
+  const int64_t width = w_in.size(1), hidden = w_in.size(0), rows = x.numel() / width;
+  MlpHidden h;
+  h.x16 = aligned16_or_copy(x.to(type).contiguous());
+  h.w_in16 = w_in.to(type);
+  h.w_out16 = w_out.to(type);
+  h.pre = at::empty({rows, hidden}, h.x16.options());
+  h.activation = at::empty_like(h.pre);
+  const int device = h.x16.get_device();
+  h.workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, h.x16.options().dtype(at::kByte));
+  kernels::bias_gelu_matmul(half_type(bf16), h.x16.data_ptr(), h.w_in16.data_ptr(), b_in.to(type).data_ptr(), rows,
+                            width, hidden, h.activation.data_ptr(), h.pre.data_ptr(), h.workspace.data_ptr(), device,
+                            comm::cuda_current_stream(device));
+  ctx->save_for_backward({h.x16, h.w_in16, h.pre, h.activation, h.w_out16});
+  ctx->saved_data["bf16"] = bf16;
+  return h;
+}
+
+// {grad_x, grad_w_in, grad_b_in, grad_w_out, grad_b_out} from the gradient of the MLP's output.
+torch::autograd::variable_list mlp_backward(torch::autograd::AutogradContext* ctx, const at::Tensor& grad_output) {
+  const auto saved = ctx->get_saved_variables();
+  const at::Tensor &x16 = saved[0], &w_in16 = saved[1], &pre = saved[2], &activation = saved[3], &w_out16 = saved[4];
+  const bool bf16 = ctx->saved_data["bf16"].toBool();
+  no_double_backward("MLP");
+  const at::Tensor g = aligned16_or_copy(grad_output.to(half_scalar_type(bf16)).contiguous().view({-1, w_out16.size(0)}));
+  const int64_t rows = pre.size(0), hidden = pre.size(1);
+  const at::Tensor grad_pre = at::empty_like(pre);
+  const int device = g.get_device();
+  const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, g.options().dtype(at::kByte));
+  kernels::gelu_grad_matmul(half_type(bf16), g.data_ptr(), w_out16.data_ptr(), pre.data_ptr(), rows, g.size(1), hidden,
+                            grad_pre.data_ptr(), workspace.data_ptr(), device, comm::cuda_current_stream(device));
+  const at::Tensor grad_x = ctx->needs_input_grad(0) ? grad_pre.mm(w_in16).view(x16.sizes()) : at::Tensor();
+  const auto [grad_w_in, grad_b_in] = weight_and_bias_gradients(grad_pre, x16, bf16, workspace);
+  const auto [grad_w_out, grad_b_out] = weight_and_bias_gradients(g, activation, bf16, workspace);
+  return {grad_x, grad_w_in, grad_b_in, grad_w_out, grad_b_out};
+}
+
+std::vector<int64_t> mlp_output_sizes(const at::Tensor& x, const at::Tensor& w_out) {
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = w_out.size(0);
+  return sizes;
+}
+
 class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_in,
                             const at::Tensor& b_in, const at::Tensor& w_out, const at::Tensor& b_out, bool bf16) {
-    const at::ScalarType type = half_scalar_type(bf16);
-    const int64_t width = w_in.size(1), hidden = w_in.size(0), rows = x.numel() / width;
-    const at::Tensor x16 = aligned16_or_copy(x.to(type).contiguous()), w_in16 = w_in.to(type), w_out16 = w_out.to(type);
-    const at::Tensor pre = at::empty({rows, hidden}, x16.options()), activation = at::empty_like(pre);
-    const int device = x16.get_device();
-    const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, x16.options().dtype(at::kByte));
-    kernels::bias_gelu_matmul(half_type(bf16), x16.data_ptr(), w_in16.data_ptr(), b_in.to(type).data_ptr(), rows,
-                              width, hidden, activation.data_ptr(), pre.data_ptr(), workspace.data_ptr(), device,
-                              comm::cuda_current_stream(device));
-    ctx->save_for_backward({x16, w_in16, pre, activation, w_out16});
-    ctx->saved_data["bf16"] = bf16;
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = w_out.size(0);
-    return at::linear(activation, w_out16, b_out.to(type)).view(sizes);
+    const MlpHidden h = mlp_hidden(ctx, x, w_in, b_in, w_out, bf16);
+    return at::linear(h.activation, h.w_out16, b_out.to(half_scalar_type(bf16))).view(mlp_output_sizes(x, w_out));
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x16 = saved[0], &w_in16 = saved[1], &pre = saved[2], &activation = saved[3], &w_out16 = saved[4];
-    const bool bf16 = ctx->saved_data["bf16"].toBool();
-    no_double_backward("MLP");
-    const at::Tensor g =
-        aligned16_or_copy(grad_outputs[0].to(half_scalar_type(bf16)).contiguous().view({-1, w_out16.size(0)}));
-    const int64_t rows = pre.size(0), hidden = pre.size(1);
-    const at::Tensor grad_pre = at::empty_like(pre);
-    const int device = g.get_device();
-    const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, g.options().dtype(at::kByte));
-    kernels::gelu_grad_matmul(half_type(bf16), g.data_ptr(), w_out16.data_ptr(), pre.data_ptr(), rows, g.size(1),
-                              hidden, grad_pre.data_ptr(), workspace.data_ptr(), device,
-                              comm::cuda_current_stream(device));
-    const at::Tensor grad_x = ctx->needs_input_grad(0) ? grad_pre.mm(w_in16).view(x16.sizes()) : at::Tensor();
-    const auto [grad_w_in, grad_b_in] = weight_and_bias_gradients(grad_pre, x16, bf16, workspace);
-    const auto [grad_w_out, grad_b_out] = weight_and_bias_gradients(g, activation, bf16, workspace);
-    return {grad_x, grad_w_in, grad_b_in, grad_w_out, grad_b_out, at::Tensor()};
+    auto grads = mlp_backward(ctx, grad_outputs[0]);
+    grads.emplace_back();  // bf16
+    return grads;
+  }
+};
+
+// residual + MLP(x) in fp32 (residual_gelu_mlp): the second product adds the fp32 bias and the
+// residual in its epilogue and writes fp32 (kernels::residual_bias_matmul), where the MLP's
+// 16-bit output would be added to the stream in a pass of its own. The residual's gradient is the
+// output's, passed on.
+class ResidualGeluMlpFunction : public torch::autograd::Function<ResidualGeluMlpFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& residual, const at::Tensor& x,
+                            const at::Tensor& w_in, const at::Tensor& b_in, const at::Tensor& w_out,
+                            const at::Tensor& b_out, bool bf16) {
+    const MlpHidden h = mlp_hidden(ctx, x, w_in, b_in, w_out, bf16);
+    const at::Tensor y = at::empty_like(residual), bias = aligned16_or_copy(b_out.contiguous());
+    const int device = y.get_device();
+    kernels::residual_bias_matmul(half_type(bf16), h.activation.data_ptr(), h.w_out16.data_ptr(),
+                                  bias.data_ptr<float>(), residual.data_ptr<float>(), h.activation.size(0),
+                                  h.activation.size(1), w_out.size(0), y.data_ptr<float>(), h.workspace.data_ptr(),
+                                  device, comm::cuda_current_stream(device));
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto grads = mlp_backward(ctx, grad_outputs[0]);
+    grads.insert(grads.begin(), grad_outputs[0]);  // the residual's
+    grads.emplace_back();                          // bf16
+    return grads;
   }
 };
 
@@ -366,6 +421,25 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w_in, const at::Tenso
   return GeluMlpFunction::apply(x, w_in, b_in, w_out, b_out, mixed_type(x) == at::kBFloat16);
 }
 
+static bool residual_in_product_wanted() {
+  const char* off = std::getenv("TRIDENT_MLP_RESIDUAL_IN_PRODUCT");
+  return !off || std::string(off) != "0";
+}
+
+bool residual_gelu_mlp_applies(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& w_in,
+                               const at::Tensor& b_in, const at::Tensor& w_out, const at::Tensor& b_out) {
+  return residual_in_product_wanted() && gelu_mlp_applies(x, w_in, b_in, w_out, b_out) &&
+         residual.scalar_type() == at::kFloat && residual.is_contiguous() && aligned16(residual) &&
+         residual.sizes() == at::IntArrayRef(mlp_output_sizes(x, w_out)) && residual.device() == x.device();
+}
+
+at::Tensor residual_gelu_mlp(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& w_in,
+                             const at::Tensor& b_in, const at::Tensor& w_out, const at::Tensor& b_out) {
+  if (!residual_gelu_mlp_applies(residual, x, w_in, b_in, w_out, b_out))
+    return residual + gelu_mlp(x, w_in, b_in, w_out, b_out);
+  return ResidualGeluMlpFunction::apply(residual, x, w_in, b_in, w_out, b_out, mixed_type(x) == at::kBFloat16);
+}
+
 bool mixed_layer_norm_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (x.scalar_type() != at::kFloat || !x.is_contiguous() || x.dim() < 1 || mixed_type(x) == at::kFloat) return false;
   return kernels::layer_norm_supports(x.size(-1)) &&
@@ -483,7 +557,7 @@ class BlockImpl : public torch::nn::Module {
                        .transpose(1, 2)
                        .reshape({b, t, d});
     const auto [h, mlp_x] = mlp_norm->after_residual(residual, mixed_linear(y, attn_out->weight, attn_out->bias));
-    return h + gelu_mlp(mlp_x, mlp_in->weight, mlp_in->bias, mlp_out->weight, mlp_out->bias);
+    return residual_gelu_mlp(h, mlp_x, mlp_in->weight, mlp_in->bias, mlp_out->weight, mlp_out->bias);
   }
 
  private:

@@ -35,6 +35,17 @@ bool gelu_mlp_applies(const at::Tensor& x, const at::Tensor& w_in, const at::Ten
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& b_in, const at::Tensor& w_out,
                     const at::Tensor& b_out);
 
+// residual + gelu_mlp(x, ...), the transformer block's last step. Where gelu_mlp applies and the
+// residual is fp32 rows of the output's shape, 16-byte aligned: in fp32 out of the MLP's second
+// product, which adds the residual and the fp32 bias in its epilogue
+// (kernels::residual_bias_matmul) and so skips the output's rounding to 16 bits and the add's pass
+// of its own (a mixed fp32 + bf16 add, 0.58 ms of a 32 ms GPT-2 small step on the H200). Elsewhere,
+// or with TRIDENT_MLP_RESIDUAL_IN_PRODUCT=0 (read at each call: tests switch it), the add.
+bool residual_gelu_mlp_applies(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& w_in,
+                               const at::Tensor& b_in, const at::Tensor& w_out, const at::Tensor& b_out);
+at::Tensor residual_gelu_mlp(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& w_in,
+                             const at::Tensor& b_in, const at::Tensor& w_out, const at::Tensor& b_out);
+
 // LayerNorm over the last dimension (fp32 weight and bias of that width) as the GPT runs it: on
 // the GPU under bf16/fp16 autocast, fp32 rows straight into the 16-bit type, in trident's kernels
 // (kernels/layer_norm.hpp), where mixed_layer_norm_applies (widths that are multiples of 128 up

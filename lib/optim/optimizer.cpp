@@ -4,9 +4,13 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
+#include <string>
 
+#include "comm/cuda_runtime.hpp"
 #include "core/error.hpp"
+#include "kernels/adamw.hpp"
 
 // The fused AdamW and SGD kernels: on CUDA since LibTorch 2.0 / 2.1 and on the CPU since 2.4; used
 // from 2.4 (one version test for both).
@@ -120,11 +124,32 @@ class AdamW final : public Optimizer {
   void fused(at::Tensor& params, const at::Tensor& grads, double lr, const at::Tensor& step, const at::Tensor& skip,
              const at::Tensor& grad_divisor) {
 #if TRIDENT_FUSED_OPTIMIZERS
+    if (own_kernel_applies(params, grads)) {
+      const int device = params.get_device();
+      const auto device_float = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
+      kernels::adamw_step(params.data_ptr<float>(), grads.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(),
+                          params.numel(), {lr, beta1_, beta2_, weight_decay_, eps_}, step.data_ptr<float>(),
+                          device_float(grad_divisor), device_float(skip), device, comm::cuda_current_stream(device));
+      return;
+    }
     at::_fused_adamw_({params}, {grads}, {m_}, {v_}, {}, {step}, lr, beta1_, beta2_, weight_decay_, eps_,
                       /*amsgrad=*/false, /*maximize=*/false, optional(grad_divisor), optional(skip));
 #else
     (void)params, (void)grads, (void)lr, (void)step, (void)skip, (void)grad_divisor;
 #endif
+  }
+
+  // trident's own kernel (kernels/adamw.hpp) in place of at::_fused_adamw_ on flat fp32 CUDA
+  // buffers of one size; TRIDENT_ADAMW_KERNEL=0 turns it off (read at each step: the gpu tests
+  // compare the two, and benchmarks/gpt_gpu.sh's VARIANTS can time them).
+  bool own_kernel_applies(const at::Tensor& params, const at::Tensor& grads) const {
+    const char* off = std::getenv("TRIDENT_ADAMW_KERNEL");
+    if ((off && std::string(off) == "0") || !kernels::adamw_built() || !params.is_cuda()) return false;
+    const auto flat_float = [&](const at::Tensor& t) {
+      return t.scalar_type() == at::kFloat && t.is_contiguous() && t.numel() == params.numel() &&
+             t.device() == params.device();
+    };
+    return flat_float(params) && flat_float(grads) && flat_float(m_) && flat_float(v_);
   }
 
   double beta1_, beta2_, eps_, weight_decay_;

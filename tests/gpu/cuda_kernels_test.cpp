@@ -12,13 +12,18 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "comm/cuda_runtime.hpp"
 #include "comm/node_gpu.hpp"
+#include "config/deck.hpp"
+#include "kernels/adamw.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/gelu_matmul.hpp"
 #include "model/gpt.hpp"
 #include "model/loss.hpp"
+#include "optim/optimizer.hpp"
 #include "optim/precision.hpp"
 
 namespace {
@@ -35,33 +40,44 @@ std::string describe(const Case& c) {
          (c.mean ? " mean" : " sum") + (c.offset ? " unaligned" : "");
 }
 
+// Environment variable `name` set to `value`, or unset, for this object's life; then as before.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::optional<std::string>& value) : name_(std::move(name)) {
+    if (const char* set = std::getenv(name_.c_str())) previous_ = set;
+    if (value)
+      setenv(name_.c_str(), value->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ~ScopedEnv() {
+    if (previous_)
+      setenv(name_.c_str(), previous_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> previous_;
+};
+
 // TRIDENT_BIAS_GRAD_IN_PRODUCT=1 (linear layers' bias gradients summed in the weight gradient's
 // product, model/gpt.cpp) for this object's life, or unset; counts the products that did so.
 class BiasGradInProduct {
  public:
-  explicit BiasGradInProduct(bool on) : on_(on), before_(trident::kernels::weight_bias_grad_matmuls()) {
-    if (const char* set = std::getenv(kName)) previous_ = set;
-    if (on)
-      setenv(kName, "1", 1);
-    else
-      unsetenv(kName);
-  }
-  ~BiasGradInProduct() {
-    if (previous_)
-      setenv(kName, previous_->c_str(), 1);
-    else
-      unsetenv(kName);
-  }
-  BiasGradInProduct(const BiasGradInProduct&) = delete;
-  BiasGradInProduct& operator=(const BiasGradInProduct&) = delete;
+  explicit BiasGradInProduct(bool on)
+      : on_(on), before_(trident::kernels::weight_bias_grad_matmuls()),
+        setting_("TRIDENT_BIAS_GRAD_IN_PRODUCT", on ? std::optional<std::string>("1") : std::nullopt) {}
   int64_t products() const { return trident::kernels::weight_bias_grad_matmuls() - before_; }
   std::string name() const { return on_ ? ", bias gradient in the product" : ""; }
 
  private:
-  static constexpr const char* kName = "TRIDENT_BIAS_GRAD_IN_PRODUCT";
   bool on_;
   int64_t before_;
-  std::optional<std::string> previous_;
+  ScopedEnv setting_;
 };
 
 // ||a - b|| / ||b||.
@@ -230,6 +246,28 @@ TEST(CudaKernels, MixedLinearMatchesFloat64) {
   }
 }
 
+// Each input's gradient on the GPU within `tolerance` relative of its float64 reference's.
+void expect_gradients_near(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& references,
+                           double tolerance, const std::string& name) {
+  ASSERT_EQ(inputs.size(), references.size()) << name;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_TRUE(inputs[i].grad().defined()) << name << ", input " << i;
+    EXPECT_LT(relative_error(inputs[i].grad().cpu(), references[i].grad()), tolerance) << name << ", input " << i;
+  }
+}
+
+// The MLP shapes of GeluMlpMatchesFloat64 and ResidualGeluMlpMatchesFloat64: GPT-2 small's, one in
+// fp16 from fp32 input, and one too small for cuBLASLt's larger tiles.
+struct MlpCase {
+  int64_t rows, width, hidden;
+  at::ScalarType type, input;
+};
+const MlpCase kMlpCases[] = {
+    {4096, 768, 3072, at::kBFloat16, at::kBFloat16},
+    {1000, 256, 1024, at::kHalf, at::kFloat},
+    {24, 64, 32, at::kBFloat16, at::kBFloat16},
+};
+
 // The GPT's MLP with its GELU in cuBLASLt's epilogues (model::gelu_mlp, kernels/gelu_matmul.hpp)
 // against float64 on the CPU from the same 16-bit operands (x, the weights and the biases rounded
 // to the autocast type): gelu_tanh(x W_in^T + b_in) W_out^T + b_out and the gradients of all
@@ -238,18 +276,9 @@ TEST(CudaKernels, MixedLinearMatchesFloat64) {
 // epilogues' layouts (a transposed operand, the bias along the wrong axis, the wrong GELU)
 // gives errors of order 1. Both ways of the bias gradients, as MixedLinearMatchesFloat64.
 TEST(CudaKernels, GeluMlpMatchesFloat64) {
-  struct MlpCase {
-    int64_t rows, width, hidden;
-    at::ScalarType type, input;
-  };
-  const MlpCase cases[] = {
-      {4096, 768, 3072, at::kBFloat16, at::kBFloat16},
-      {1000, 256, 1024, at::kHalf, at::kFloat},
-      {24, 64, 32, at::kBFloat16, at::kBFloat16},
-  };
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   for (const bool in_product : {false, true})
-  for (const auto& c : cases) {
+  for (const auto& c : kMlpCases) {
     const BiasGradInProduct mode(in_product);
     const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.width) + "->" +
                              std::to_string(c.hidden) + " " + c10::toString(c.type) + " from " +
@@ -279,14 +308,59 @@ TEST(CudaKernels, GeluMlpMatchesFloat64) {
     const at::Tensor ry = at::linear(at::gelu(at::linear(rx, rw_in, rb_in), "tanh"), rw_out, rb_out);
     ry.backward(grad_y.cpu().to(at::kDouble));
     EXPECT_LT(relative_error(y.cpu(), ry.detach()), 2e-2) << name;
-    const std::pair<const at::Tensor*, const at::Tensor*> grads[] = {
-        {&x, &rx}, {&w_in, &rw_in}, {&b_in, &rb_in}, {&w_out, &rw_out}, {&b_out, &rb_out}};
-    for (size_t i = 0; i < 5; ++i) {
-      ASSERT_TRUE(grads[i].first->grad().defined()) << name << ", input " << i;
-      EXPECT_LT(relative_error(grads[i].first->grad().cpu(), grads[i].second->grad()), 2e-2) << name << ", input " << i;
-    }
+    expect_gradients_near({x, w_in, b_in, w_out, b_out}, {rx, rw_in, rb_in, rw_out, rb_out}, 2e-2, name);
     EXPECT_EQ(x.grad().scalar_type(), c.input) << name;
     EXPECT_EQ(w_in.grad().scalar_type(), at::kFloat) << name;
+  }
+}
+
+// residual + MLP(x) out of the MLP's second product (model::residual_gelu_mlp: the residual and
+// the fp32 bias added in cuBLASLt's epilogue, fp32 written) against float64 from the same 16-bit
+// operands and the fp32 bias: the MLP's part of the output (y - residual) and every gradient within
+// 2e-2 relative, as GeluMlpMatchesFloat64; the residual's gradient is the output's, exactly. With
+// TRIDENT_MLP_RESIDUAL_IN_PRODUCT=0 it does not apply (the add, as before).
+TEST(CudaKernels, ResidualGeluMlpMatchesFloat64) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& c : kMlpCases) {
+    const std::string name = std::to_string(c.rows) + "x" + std::to_string(c.width) + "->" +
+                             std::to_string(c.hidden) + " " + c10::toString(c.type) + " from " + c10::toString(c.input);
+    const at::Tensor residual = at::randn({2, c.rows / 2, c.width}, cuda).requires_grad_(true);
+    const at::Tensor x = at::randn({2, c.rows / 2, c.width}, cuda).to(c.input).requires_grad_(true);
+    const at::Tensor w_in = (at::randn({c.hidden, c.width}, cuda) * 0.05).requires_grad_(true);
+    const at::Tensor b_in = (at::randn({c.hidden}, cuda) * 0.5).requires_grad_(true);
+    const at::Tensor w_out = (at::randn({c.width, c.hidden}, cuda) * 0.05).requires_grad_(true);
+    const at::Tensor b_out = at::randn({c.width}, cuda).requires_grad_(true);
+    const at::Tensor grad_y = at::randn({2, c.rows / 2, c.width}, cuda);
+    at::Tensor y;
+    const int64_t before = trident::kernels::residual_bias_matmuls();
+    {
+      trident::optim::AutocastScope autocast(c.type, /*cuda=*/true);
+      {
+        const ScopedEnv off("TRIDENT_MLP_RESIDUAL_IN_PRODUCT", std::string("0"));
+        EXPECT_FALSE(trident::model::residual_gelu_mlp_applies(residual, x, w_in, b_in, w_out, b_out)) << name;
+      }
+      const ScopedEnv by_default("TRIDENT_MLP_RESIDUAL_IN_PRODUCT", std::nullopt);
+      ASSERT_TRUE(trident::model::residual_gelu_mlp_applies(residual, x, w_in, b_in, w_out, b_out)) << name;
+      y = trident::model::residual_gelu_mlp(residual, x, w_in, b_in, w_out, b_out);
+    }
+    EXPECT_EQ(trident::kernels::residual_bias_matmuls() - before, 1) << name;
+    EXPECT_EQ(y.scalar_type(), at::kFloat) << name;
+    EXPECT_EQ(y.sizes(), residual.sizes()) << name;
+    y.backward(grad_y);
+
+    const auto as_used = [&](const at::Tensor& t) {  // the operand the GPU multiplies, in float64
+      return t.detach().to(c.type).cpu().to(at::kDouble).requires_grad_(true);
+    };
+    const auto as_float64 = [](const at::Tensor& t) { return t.detach().cpu().to(at::kDouble).requires_grad_(true); };
+    const at::Tensor rres = as_float64(residual), rx = as_used(x), rw_in = as_used(w_in), rb_in = as_used(b_in),
+                     rw_out = as_used(w_out), rb_out = as_float64(b_out);
+    const at::Tensor rmlp = at::linear(at::gelu(at::linear(rx, rw_in, rb_in), "tanh"), rw_out, rb_out);
+    const at::Tensor ry = rres + rmlp;
+    ry.backward(grad_y.cpu().to(at::kDouble));
+    EXPECT_LT(relative_error(y.detach().cpu().to(at::kDouble) - rres.detach(), rmlp.detach()), 2e-2) << name;
+    EXPECT_TRUE(at::equal(residual.grad(), grad_y)) << name;
+    expect_gradients_near({x, w_in, b_in, w_out, b_out}, {rx, rw_in, rb_in, rw_out, rb_out}, 2e-2, name);
+    EXPECT_EQ(x.grad().scalar_type(), c.input) << name;
   }
 }
 
@@ -396,6 +470,71 @@ TEST(CudaKernels, MixedLayersFallBackToAten) {
   EXPECT_FALSE(trident::model::gelu_mlp_applies(x16, w_in, b_in, w_out, b_out)) << "no autocast";
   EXPECT_TRUE(at::equal(trident::model::gelu_mlp(x16, w_in, b_in, w_out, b_out),
                         at::linear(at::gelu(at::linear(x16, w_in, b_in), "tanh"), w_out, b_out)));
+}
+
+// AdamW on flat CUDA buffers with trident's kernel (the default) against PyTorch's fused one
+// (at::_fused_adamw_, TRIDENT_ADAMW_KERNEL=0), through optim::Optimizer as training calls it: the
+// same parameters, moments and divided gradients after three steps, within 1e-6 relative (the
+// same formula; the compilers may contract it into other fused multiply-adds, and LibTorch 2.11's
+// kernel seems to take 1 - beta2 in float, 2.4e-7 relative off at this beta2 of 0.95: see
+// Gpu.AdamWKernelTrainsAsPyTorchsFused). Lengths that
+// leave a tail after the 16-byte vectors, a buffer that starts off the 16-byte boundary (its
+// head element by element), weight decay, a gradient divisor, and a step skipped on the device.
+TEST(CudaKernels, AdamWKernelStepsAsPyTorchsFused) {
+  ASSERT_TRUE(trident::kernels::adamw_built());
+  struct AdamWCase {
+    int64_t n, offset;
+    bool divide, skip_second;
+  };
+  const AdamWCase cases[] = {{4099, 0, false, false}, {(1 << 20) + 3, 1, true, false}, {1000, 2, true, true},
+                             {3, 0, false, true}};
+  trident::config::Deck deck;
+  deck.optim.lr = 3e-3;
+  deck.optim.weight_decay = 0.1;
+  deck.optim.beta2 = 0.95;
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& c : cases) {
+    const std::string name = std::to_string(c.n) + " at offset " + std::to_string(c.offset) +
+                             (c.divide ? ", divided" : "") + (c.skip_second ? ", second step skipped" : "");
+    const at::Tensor start = at::randn({c.n}, cuda) * 0.02;
+    std::vector<at::Tensor> grads;
+    for (int s = 0; s < 3; ++s) grads.push_back(at::randn({c.n}, cuda) * (s + 1));
+    struct Result {
+      at::Tensor params, exp_avg, exp_avg_sq, last_grads;
+      int64_t launches, steps;
+    };
+    const auto train = [&](bool own) {
+      const ScopedEnv kernel("TRIDENT_ADAMW_KERNEL", own ? std::nullopt : std::optional<std::string>("0"));
+      const int64_t before = trident::kernels::adamw_steps();
+      auto optimizer = trident::optim::make_optimizer(deck);
+      at::Tensor params = at::empty({c.n + c.offset}, cuda).narrow(0, c.offset, c.n).copy_(start);
+      at::Tensor g;
+      for (int s = 0; s < 3; ++s) {
+        g = at::empty({c.n + c.offset}, cuda).narrow(0, c.offset, c.n).copy_(grads[s]);
+        const at::Tensor divisor = c.divide ? at::full({}, 4.0, cuda) : at::Tensor();
+        if (c.skip_second)
+          optimizer->step_unless(params, g, deck.optim.lr, at::full({}, s == 1 ? 1.0 : 0.0, cuda), divisor);
+        else
+          optimizer->step(params, g, deck.optim.lr, divisor);
+      }
+      const auto state = optimizer->state();
+      return Result{params.cpu(), state.at(0).second.cpu(), state.at(1).second.cpu(), g.cpu(),
+                    trident::kernels::adamw_steps() - before, optimizer->steps()};
+    };
+    const Result own = train(true), fused = train(false);
+    EXPECT_EQ(own.launches, 3) << name;
+    EXPECT_EQ(fused.launches, 0) << name;
+    EXPECT_EQ(own.steps, c.skip_second ? 2 : 3) << name;
+    EXPECT_EQ(own.steps, fused.steps) << name;
+    EXPECT_FALSE(at::equal(own.params, start.cpu())) << name;
+    EXPECT_LT(relative_error(own.params, fused.params), 1e-6) << name;
+    EXPECT_LT(relative_error(own.exp_avg, fused.exp_avg), 1e-6) << name;
+    EXPECT_LT(relative_error(own.exp_avg_sq, fused.exp_avg_sq), 1e-6) << name;
+    EXPECT_LT(relative_error(own.last_grads, fused.last_grads), 1e-6) << name;  // divided in place, or left
+    if (c.divide) {
+      EXPECT_LT(relative_error(own.last_grads * 4, grads[2].cpu()), 1e-6) << name;
+    }
+  }
 }
 
 // `trident plan` asks the driver (dlopen, comm/node_gpu.cpp) what the training asks the CUDA
