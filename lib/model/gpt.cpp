@@ -193,8 +193,10 @@ MlpHidden mlp_hidden(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
   return h;
 }
 
-// {grad_x, grad_w_in, grad_b_in, grad_w_out, grad_b_out} from the gradient of the MLP's output.
-torch::autograd::variable_list mlp_backward(torch::autograd::AutogradContext* ctx, const at::Tensor& grad_output) {
+// {grad_x, grad_w_in, grad_b_in, grad_w_out, grad_b_out} from the gradient of the MLP's output;
+// grad_x where the Function's input `x_input` (x's place among its inputs) needs one.
+torch::autograd::variable_list mlp_backward(torch::autograd::AutogradContext* ctx, const at::Tensor& grad_output,
+                                            size_t x_input) {
   const auto saved = ctx->get_saved_variables();
   const at::Tensor &x16 = saved[0], &w_in16 = saved[1], &pre = saved[2], &activation = saved[3], &w_out16 = saved[4];
   const bool bf16 = ctx->saved_data["bf16"].toBool();
@@ -206,7 +208,7 @@ torch::autograd::variable_list mlp_backward(torch::autograd::AutogradContext* ct
   const at::Tensor workspace = at::empty({kernels::gelu_matmul_workspace_bytes()}, g.options().dtype(at::kByte));
   kernels::gelu_grad_matmul(half_type(bf16), g.data_ptr(), w_out16.data_ptr(), pre.data_ptr(), rows, g.size(1), hidden,
                             grad_pre.data_ptr(), workspace.data_ptr(), device, comm::cuda_current_stream(device));
-  const at::Tensor grad_x = ctx->needs_input_grad(0) ? grad_pre.mm(w_in16).view(x16.sizes()) : at::Tensor();
+  const at::Tensor grad_x = ctx->needs_input_grad(x_input) ? grad_pre.mm(w_in16).view(x16.sizes()) : at::Tensor();
   const auto [grad_w_in, grad_b_in] = weight_and_bias_gradients(grad_pre, x16, bf16, workspace);
   const auto [grad_w_out, grad_b_out] = weight_and_bias_gradients(g, activation, bf16, workspace);
   return {grad_x, grad_w_in, grad_b_in, grad_w_out, grad_b_out};
@@ -228,7 +230,7 @@ class GeluMlpFunction : public torch::autograd::Function<GeluMlpFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    auto grads = mlp_backward(ctx, grad_outputs[0]);
+    auto grads = mlp_backward(ctx, grad_outputs[0], /*x_input=*/0);
     grads.emplace_back();  // bf16
     return grads;
   }
@@ -255,7 +257,7 @@ class ResidualGeluMlpFunction : public torch::autograd::Function<ResidualGeluMlp
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    auto grads = mlp_backward(ctx, grad_outputs[0]);
+    auto grads = mlp_backward(ctx, grad_outputs[0], /*x_input=*/1);
     grads.insert(grads.begin(), grad_outputs[0]);  // the residual's
     grads.emplace_back();                          // bf16
     return grads;

@@ -362,6 +362,20 @@ TEST(CudaKernels, ResidualGeluMlpMatchesFloat64) {
     expect_gradients_near({x, w_in, b_in, w_out, b_out}, {rx, rw_in, rb_in, rw_out, rb_out}, 2e-2, name);
     EXPECT_EQ(x.grad().scalar_type(), c.input) << name;
   }
+  // A residual that needs no gradient (a frozen stream): x's gradient still comes back.
+  const at::Tensor residual = at::randn({2, 12, 64}, cuda);
+  const at::Tensor x = at::randn({2, 12, 64}, cuda).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor w_in = at::randn({32, 64}, cuda) * 0.05, b_in = at::randn({32}, cuda);
+  const at::Tensor w_out = at::randn({64, 32}, cuda) * 0.05, b_out = at::randn({64}, cuda);
+  at::Tensor y;
+  {
+    trident::optim::AutocastScope autocast(at::kBFloat16, /*cuda=*/true);
+    ASSERT_TRUE(trident::model::residual_gelu_mlp_applies(residual, x, w_in, b_in, w_out, b_out));
+    y = trident::model::residual_gelu_mlp(residual, x, w_in, b_in, w_out, b_out);
+  }
+  y.sum().backward();
+  ASSERT_TRUE(x.grad().defined()) << "the residual needs no gradient";
+  EXPECT_GT(x.grad().abs().sum().item<double>(), 0);
 }
 
 // The residual add fused into the LayerNorm's kernels (model::residual_layer_norm) gives the bits
