@@ -39,7 +39,8 @@ void gelu_grad_matmul(HalfType type, const void* g, const void* w2, const void* 
 // row-major, contiguous, 16-byte aligned, y not residual. Asynchronous on `stream`.
 void residual_bias_matmul(HalfType type, const void* x, const void* w, const float* bias, const float* residual,
                           int64_t rows, int64_t in, int64_t out, float* y, void* workspace, int device, void* stream);
-// How many residual_bias_matmul calls have queued their product in this process (tests).
+// How many residual_bias_matmul calls have queued their product in this process (tests; a CUDA
+// graph's replays of a captured one are not counted).
 int64_t residual_bias_matmuls();
 
 // A linear layer's weight and bias gradients from one product, the bias's summed in its epilogue

@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -140,14 +141,18 @@ class AdamW final : public Optimizer {
   }
 
   // trident's own kernel (kernels/adamw.hpp) in place of at::_fused_adamw_ on flat fp32 CUDA
-  // buffers of one size; TRIDENT_ADAMW_KERNEL=0 turns it off (read at each step: the gpu tests
-  // compare the two, and benchmarks/gpt_gpu.sh's VARIANTS can time them).
+  // buffers of one size that start equally far from a 16-byte boundary (its vector path; the
+  // moments are fresh allocations, so a ZeRO shard narrowed off the boundary goes to PyTorch's
+  // kernel, which aligns per chunk, rather than to this one's element-by-element path).
+  // TRIDENT_ADAMW_KERNEL=0 turns it off (read at each step: the gpu tests compare the two, and
+  // benchmarks/gpt_gpu.sh's VARIANTS can time them).
   bool own_kernel_applies(const at::Tensor& params, const at::Tensor& grads) const {
     const char* off = std::getenv("TRIDENT_ADAMW_KERNEL");
     if ((off && std::string(off) == "0") || !kernels::adamw_built() || !params.is_cuda()) return false;
+    const auto misalignment = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16; };
     const auto flat_float = [&](const at::Tensor& t) {
       return t.scalar_type() == at::kFloat && t.is_contiguous() && t.numel() == params.numel() &&
-             t.device() == params.device();
+             t.device() == params.device() && misalignment(t) == misalignment(params);
     };
     return flat_float(params) && flat_float(grads) && flat_float(m_) && flat_float(v_);
   }

@@ -25,6 +25,7 @@
 #include "model/loss.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/precision.hpp"
+#include "scoped_env.hpp"
 
 namespace {
 
@@ -39,30 +40,6 @@ std::string describe(const Case& c) {
   return std::to_string(c.rows) + "x" + std::to_string(c.classes) + " " + c10::toString(c.type) +
          (c.mean ? " mean" : " sum") + (c.offset ? " unaligned" : "");
 }
-
-// Environment variable `name` set to `value`, or unset, for this object's life; then as before.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, const std::optional<std::string>& value) : name_(std::move(name)) {
-    if (const char* set = std::getenv(name_.c_str())) previous_ = set;
-    if (value)
-      setenv(name_.c_str(), value->c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  ~ScopedEnv() {
-    if (previous_)
-      setenv(name_.c_str(), previous_->c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> previous_;
-};
 
 // TRIDENT_BIAS_GRAD_IN_PRODUCT=1 (linear layers' bias gradients summed in the weight gradient's
 // product, model/gpt.cpp) for this object's life, or unset; counts the products that did so.
@@ -492,16 +469,17 @@ TEST(CudaKernels, MixedLayersFallBackToAten) {
 // same formula; the compilers may contract it into other fused multiply-adds, and LibTorch 2.11's
 // kernel seems to take 1 - beta2 in float, 2.4e-7 relative off at this beta2 of 0.95: see
 // Gpu.AdamWKernelTrainsAsPyTorchsFused). Lengths that
-// leave a tail after the 16-byte vectors, a buffer that starts off the 16-byte boundary (its
-// head element by element), weight decay, a gradient divisor, and a step skipped on the device.
+// leave a tail after the 16-byte vectors, weight decay, a gradient divisor, and a step skipped on
+// the device; parameters and gradients off the 16-byte boundary where the moments are on it go to
+// PyTorch's kernel (the same results, no launch of this one).
 TEST(CudaKernels, AdamWKernelStepsAsPyTorchsFused) {
   ASSERT_TRUE(trident::kernels::adamw_built());
   struct AdamWCase {
     int64_t n, offset;
     bool divide, skip_second;
   };
-  const AdamWCase cases[] = {{4099, 0, false, false}, {(1 << 20) + 3, 1, true, false}, {1000, 2, true, true},
-                             {3, 0, false, true}};
+  const AdamWCase cases[] = {{4099, 0, false, false}, {(1 << 20) + 3, 0, true, false}, {1000, 0, true, true},
+                             {3, 0, false, true},     {1000, 1, true, false}};
   trident::config::Deck deck;
   deck.optim.lr = 3e-3;
   deck.optim.weight_decay = 0.1;
@@ -536,7 +514,7 @@ TEST(CudaKernels, AdamWKernelStepsAsPyTorchsFused) {
                     trident::kernels::adamw_steps() - before, optimizer->steps()};
     };
     const Result own = train(true), fused = train(false);
-    EXPECT_EQ(own.launches, 3) << name;
+    EXPECT_EQ(own.launches, c.offset == 0 ? 3 : 0) << name;  // off the boundary: PyTorch's kernel
     EXPECT_EQ(fused.launches, 0) << name;
     EXPECT_EQ(own.steps, c.skip_second ? 2 : 3) << name;
     EXPECT_EQ(own.steps, fused.steps) << name;
@@ -548,6 +526,49 @@ TEST(CudaKernels, AdamWKernelStepsAsPyTorchsFused) {
     if (c.divide) {
       EXPECT_LT(relative_error(own.last_grads * 4, grads[2].cpu()), 1e-6) << name;
     }
+  }
+}
+
+// kernels::adamw_step called directly on four buffers that start 1, 2 or 3 floats past a 16-byte
+// boundary (a head element by element, 16-byte vectors, a tail) and on buffers of different
+// alignments (every element one at a time), against at::_fused_adamw_ on copies: one step with a
+// gradient divisor within 1e-6 relative, then a step flagged to skip, which leaves all four
+// buffers as they were.
+TEST(CudaKernels, AdamWKernelSplitsUnalignedBuffers) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const int64_t n = 4099;
+  const trident::kernels::AdamWSettings settings{3e-3, 0.9, 0.95, 0.1, 1e-8};
+  for (const int64_t offset : {1, 2, 3, -1}) {  // -1: the parameters at 1, the rest at 0
+    const std::string name = offset < 0 ? "parameters off the others' alignment" : "offset " + std::to_string(offset);
+    const auto buffer = [&](int64_t at_offset, const at::Tensor& values) {
+      return at::empty({n + 3}, cuda).narrow(0, at_offset, n).copy_(values);
+    };
+    const at::Tensor p0 = at::randn({n}, cuda) * 0.02, g0 = at::randn({n}, cuda), m0 = at::randn({n}, cuda) * 0.1,
+                     v0 = at::rand({n}, cuda) * 0.01;
+    const int64_t first = offset < 0 ? 1 : offset, rest = offset < 0 ? 0 : offset;
+    at::Tensor p = buffer(first, p0), g = buffer(rest, g0), m = buffer(rest, m0), v = buffer(rest, v0);
+    at::Tensor rp = p0.clone(), rg = g0.clone(), rm = m0.clone(), rv = v0.clone();
+    const at::Tensor step = at::full({}, 3.0, cuda), divisor = at::full({}, 2.0, cuda);
+    const int64_t before = trident::kernels::adamw_steps();
+    trident::kernels::adamw_step(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), n,
+                                 settings, step.data_ptr<float>(), divisor.data_ptr<float>(), nullptr, 0,
+                                 trident::comm::cuda_current_stream(0));
+    at::_fused_adamw_({rp}, {rg}, {rm}, {rv}, {}, {step}, settings.lr, settings.beta1, settings.beta2,
+                      settings.weight_decay, settings.eps, /*amsgrad=*/false, /*maximize=*/false, divisor,
+                      std::nullopt);
+    EXPECT_EQ(trident::kernels::adamw_steps() - before, 1) << name;
+    EXPECT_LT(relative_error(p.cpu(), rp.cpu()), 1e-6) << name;
+    EXPECT_LT(relative_error(g.cpu(), rg.cpu()), 1e-6) << name;
+    EXPECT_LT(relative_error(m.cpu(), rm.cpu()), 1e-6) << name;
+    EXPECT_LT(relative_error(v.cpu(), rv.cpu()), 1e-6) << name;
+    EXPECT_FALSE(at::equal(p, p0)) << name;
+    const at::Tensor kept[] = {p.clone(), g.clone(), m.clone(), v.clone()};
+    const at::Tensor skip = at::full({}, 1.0, cuda);
+    trident::kernels::adamw_step(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), n,
+                                 settings, step.data_ptr<float>(), divisor.data_ptr<float>(), skip.data_ptr<float>(), 0,
+                                 trident::comm::cuda_current_stream(0));
+    const at::Tensor now[] = {p, g, m, v};
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(at::equal(now[i], kept[i])) << name << ", buffer " << i << " after a skip";
   }
 }
 

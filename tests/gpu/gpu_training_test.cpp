@@ -30,6 +30,7 @@
 #include "checkpoint_files.hpp"
 #include "run_over_mpi.hpp"
 #include "train_helpers.hpp"
+#include "scoped_env.hpp"
 
 using namespace trident;
 using namespace trident::test_support;
@@ -253,9 +254,10 @@ TEST(Gpu, AdamWKernelTrainsAsPyTorchsFused) {
       deck.optim.clip_grad_norm = 0.5;
       deck.run.max_steps = steps;
       deck.run.cuda_graph = precision == "bf16";
-      setenv("TRIDENT_ADAMW_KERNEL", "0", 1);
-      const auto fused = run(on(deck, "cuda"), MPI_COMM_WORLD, "fused");
-      unsetenv("TRIDENT_ADAMW_KERNEL");
+      const auto fused = [&] {
+        const ScopedEnv pytorchs("TRIDENT_ADAMW_KERNEL", std::string("0"));
+        return run(on(deck, "cuda"), MPI_COMM_WORLD, "fused");
+      }();
       const int64_t before = kernels::adamw_steps();
       const auto own = run(on(deck, "cuda"), MPI_COMM_WORLD, "own");
       EXPECT_EQ(kernels::adamw_steps() - before, steps) << what << ": a step without the kernel";
@@ -277,10 +279,11 @@ TEST(Gpu, AdamWKernelTrainsAsPyTorchsFused) {
 TEST(Gpu, MlpResidualInTheProductTrainsAsTheAdd) {
   if (world_size() != 1) GTEST_SKIP() << "np 1";
   auto deck = tiny_gpt_bf16_sgd("mlp_residual_in_product");
-  setenv("TRIDENT_MLP_RESIDUAL_IN_PRODUCT", "0", 1);
   int64_t before = kernels::residual_bias_matmuls();
-  const auto added = run(on(deck, "cuda"), MPI_COMM_WORLD, "added");
-  unsetenv("TRIDENT_MLP_RESIDUAL_IN_PRODUCT");
+  const auto added = [&] {
+    const ScopedEnv add("TRIDENT_MLP_RESIDUAL_IN_PRODUCT", std::string("0"));
+    return run(on(deck, "cuda"), MPI_COMM_WORLD, "added");
+  }();
   EXPECT_EQ(kernels::residual_bias_matmuls(), before) << "a block's product added the residual where turned off";
   before = kernels::residual_bias_matmuls();
   deck.run.cuda_graph = true;
