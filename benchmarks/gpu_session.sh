@@ -71,8 +71,17 @@ for step in "${steps[@]}"; do
       ;;
     bench)
       # With a trace of two steps of each implementation, summarised here and brought back gzipped.
+      # The GPU's power, temperature, clocks and load each second meanwhile (gpu_dmon.log): on the
+      # H200 (2026-11-28) trident's and compile's first timed window was 3-4% faster than the later
+      # two, eager's not, and nothing was sampled to say why.
+      dmon_pid=
+      if command -v nvidia-smi >/dev/null; then
+        nvidia-smi dmon -s pcu -d 1 >"$out/gpu_dmon.log" 2>&1 &
+        dmon_pid=$!
+      fi
       MPIEXEC=${MPIEXEC:-$(command -v mpiexec.mpich || echo mpiexec)} PROFILE=/tmp/profiles \
         limited "${BENCH_S:-240}" benchmarks/gpt_gpu.sh "$build" >"$out/bench.log" 2>&1 || rc=1
+      [ -n "$dmon_pid" ] && kill "$dmon_pid" 2>/dev/null
       cp benchmarks/results/gpt_gpu.json "$out/" 2>/dev/null
       python3 benchmarks/profile_summary.py --steps 2 --top 30 /tmp/profiles/*.json >"$out/profile.log" 2>&1
       [ -n "${KEEP_TRACES-1}" ] && tar -czf "$out/profiles.tgz" -C /tmp profiles 2>/dev/null
