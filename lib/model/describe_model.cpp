@@ -33,11 +33,27 @@ struct LayerWriter {
     parameter(module, "weight", {width});
     parameter(module, "bias", {width});
   }
+  // What its forward keeps for the backward (LayerInfo::saved; stored is the same unless recomputed).
+  void keeps(int64_t per_sample, int64_t per_micro_batch = 0) { info.saved = info.stored = {per_sample, per_micro_batch}; }
   LayerInfo done(std::vector<int64_t> output_shape) {
     info.output_shape = std::move(output_shape);
     return std::move(info);
   }
 };
+
+// What the layers keep for the backward (LayerInfo::saved) on a GPU at the deck's precision,
+// tensor by tensor as their forwards in mlp.cpp, cnn.cpp, gpt.cpp and loss.cpp keep them (the
+// ActivationMemory tests count the bytes allocated on the CPU, and on a GPU):
+//   fp32: LibTorch's layers; the attention is scaled_dot_product_attention, which keeps its output
+//         and a log-sum-exp per head and token, not the T x T probabilities (LibTorch 1.13's
+//         explicit attention on the CPU keeps those too);
+//   bf16 / fp16: the GPT's fused layers (gpt.cpp): 16-bit activations around an fp32 residual
+//         stream, and each matrix product's weight cast to 16 bits once per micro-batch. The mlp
+//         and cnn (autocast) at their fp32 sizes.
+// The loss is counted with the last layer: LibTorch's fp32 cross-entropy keeps its log-softmax,
+// as large as the logits (and two floats: the loss and its weight); the GPU's fused one a
+// log-sum-exp per row.
+bool sixteen_bit(const config::Deck& deck) { return deck.optim.precision != "fp32"; }
 
 // mlp.cpp's build_mlp: flatten, [linear, relu] per hidden width, a linear head.
 std::vector<LayerInfo> describe_mlp(const config::Deck& deck, const InputSpec& input) {
@@ -48,11 +64,13 @@ std::vector<LayerInfo> describe_mlp(const config::Deck& deck, const InputSpec& i
   for (size_t i = 0; i < hidden.size(); ++i) {
     LayerWriter layer("fc" + std::to_string(i + 1));
     layer.linear("linear", width, hidden[i]);
+    layer.keeps(4 * hidden[i]);  // the ReLU's output (the linear's is gone once the ReLU has run)
     layers.push_back(layer.done({hidden[i]}));
     width = hidden[i];
   }
   LayerWriter head("head");
   head.linear("linear", width, input.classes);
+  head.keeps(8 * input.classes, 8);  // the logits and the loss's log-softmax; the loss
   layers.push_back(head.done({input.classes}));
   return layers;
 }
@@ -72,6 +90,9 @@ std::vector<LayerInfo> describe_cnn(const config::Deck& deck, const InputSpec& i
     block.parameter("bn", "bias", {out});
     block.buffer("bn", "running_mean", {out});
     block.buffer("bn", "running_var", {out});
+    // The convolution's output (BatchNorm's input), the ReLU's (the pooling's input), the pooled
+    // values and their int64 argmax indices; BatchNorm's batch mean and 1 / std per channel.
+    block.keeps(8 * out * h * w + 12 * out * (h / 2) * (w / 2), 8 * out);
     in = out;
     h /= 2;
     w /= 2;
@@ -79,6 +100,7 @@ std::vector<LayerInfo> describe_cnn(const config::Deck& deck, const InputSpec& i
   }
   LayerWriter head("head");
   head.linear("linear", in * h * w, input.classes);
+  head.keeps(8 * input.classes, 8);  // the logits and the loss's log-softmax; the loss
   layers.push_back(head.done({input.classes}));
   return layers;
 }
@@ -87,11 +109,13 @@ std::vector<LayerInfo> describe_cnn(const config::Deck& deck, const InputSpec& i
 // (a LayerNorm and an untied linear without bias to the vocabulary).
 std::vector<LayerInfo> describe_gpt(const config::Deck& deck, const InputSpec& input) {
   const auto& m = deck.model;
-  const int64_t vocab = input.classes, d = m.d_model, t = input.sample_shape.at(0);
+  const int64_t vocab = input.classes, d = m.d_model, t = input.sample_shape.at(0), heads = m.heads;
+  const bool half = sixteen_bit(deck);
   std::vector<LayerInfo> layers;
   LayerWriter embed("embed");
   embed.parameter("embedding", "token.weight", {vocab, d});
   embed.parameter("embedding", "position.weight", {m.seq_len, d});
+  embed.keeps(4 * t * d, 8 * t);  // the fp32 sum of the two lookups (autocast leaves them fp32); the positions
   layers.push_back(embed.done({t, d}));
   for (int64_t l = 1; l <= m.layers; ++l) {
     LayerWriter block("block" + std::to_string(l));
@@ -101,11 +125,33 @@ std::vector<LayerInfo> describe_gpt(const config::Deck& deck, const InputSpec& i
     block.layer_norm("block.mlp_norm", d);
     block.linear("block.mlp_in", d, 4 * d);
     block.linear("block.mlp_out", 4 * d, d);
+    // Per token: each LayerNorm's mean and 1 / std (fp32), the attention's log-sum-exp per head.
+    const int64_t per_token = 16 + 4 * heads;
+    if (half) {
+      // 16-bit: LayerNorm outputs d + d, q k v 3d, the attention's output d, the MLP's GELU input
+      // and output 4d + 4d; fp32: the stream after the attention d and the block's output d. Its
+      // four matrices' 16-bit copies, 12 d^2 weights.
+      block.keeps(t * (2 * 14 * d + 4 * 2 * d + per_token), 2 * 12 * d * d);
+    } else {
+      // fp32: LayerNorm outputs d + d, q k v 3d, the attention's output d, the stream after the
+      // attention d, the MLP's hidden layer before and after GELU 4d + 4d, the block's output d.
+      block.keeps(t * (4 * 16 * d + per_token));
+    }
+    if (m.recompute) {  // its input kept, by the layer before; its output alone is new
+      block.info.saved = {4 * t * d, 0};
+      block.info.recomputed = true;
+    }
     layers.push_back(block.done({t, d}));
   }
   LayerWriter head("head");
   head.layer_norm("norm", d);
   head.linear("linear", d, vocab, /*bias=*/false);
+  // The LayerNorm's output and its mean and 1 / std, the logits, and the loss's: fp32, its
+  // log-softmax; 16-bit, a log-sum-exp per token. 16-bit: the weight's copy.
+  if (half)
+    head.keeps(t * (2 * d + 8 + 2 * vocab + 4), 2 * vocab * d);
+  else
+    head.keeps(t * (4 * d + 8 + 8 * vocab), 8);
   layers.push_back(head.done({t, vocab}));
   return layers;
 }

@@ -18,6 +18,14 @@ struct NamedShape {
   }
 };
 
+// Bytes a layer's forward allocates and keeps until its backward, for one micro-batch of
+// `micro_batch` samples: per_sample x micro_batch + per_micro_batch (16-bit weight copies, the
+// attention mask, position ids). Its output is included (the next layer or the loss keeps it).
+struct SavedBytes {
+  int64_t per_sample = 0, per_micro_batch = 0;
+  int64_t of(int64_t micro_batch) const { return per_sample * micro_batch + per_micro_batch; }
+};
+
 struct LayerInfo {
   std::string name;
   std::vector<NamedShape> parameters;  // the layer's own, in the model's order
@@ -25,6 +33,12 @@ struct LayerInfo {
   std::vector<int64_t> output_shape;   // one sample leaving the layer
   // Forward + backward of one micro-batch, measured (parallel.balance = time); 0 = not measured.
   double seconds = 0;
+  // What its forward keeps for the backward on a GPU, estimated by describe_model (zero in a built
+  // layer's description): `saved` as the layer runs, `stored` were it not recomputed. They differ
+  // for a layer model.recompute runs again in its backward: it keeps its output alone, and its
+  // stored set is live again while that backward recomputes it.
+  SavedBytes saved, stored;
+  bool recomputed = false;
   int64_t parameter_count() const {
     int64_t n = 0;
     for (const auto& p : parameters) n += p.numel();

@@ -140,7 +140,7 @@ const std::vector<int64_t>& Plan::chunk_output_shape(int stage, int chunk) const
   return shapes_[static_cast<size_t>(chunk_layers(stage, chunk).second)];
 }
 
-int64_t Plan::activation_bytes(int stage) const {
+int64_t Plan::output_bytes(int stage) const {
   int64_t total = 0;
   for (int chunk = 0; chunk < virtual_stages_; ++chunk) {
     int64_t bytes = 4 * micro_batch_;
@@ -150,20 +150,44 @@ int64_t Plan::activation_bytes(int stage) const {
   return total;
 }
 
+int64_t Plan::saved_bytes(int stage) const {
+  int64_t total = 0;
+  for (int l : stage_layer_indices(stage)) total += layers_[static_cast<size_t>(l)].saved.of(micro_batch_);
+  return total;
+}
+
+int64_t Plan::stored_bytes(int stage) const {
+  int64_t total = 0;
+  for (int l : stage_layer_indices(stage)) total += layers_[static_cast<size_t>(l)].stored.of(micro_batch_);
+  return total;
+}
+
+int64_t Plan::recompute_bytes(int stage) const {
+  int64_t largest = 0;
+  for (int l : stage_layer_indices(stage)) {
+    const model::LayerInfo& layer = layers_[static_cast<size_t>(l)];
+    if (layer.recomputed) largest = std::max(largest, layer.stored.of(micro_batch_));
+  }
+  return largest;
+}
+
+int64_t Plan::device_bytes(int stage) const {
+  return state_bytes(stage).total() + micro_batches_in_flight(stage) * saved_bytes(stage) + recompute_bytes(stage);
+}
+
 // Both from the schedule's own op lists (parallel/pipeline_schedule.hpp), equal op times assumed.
 int64_t Plan::micro_batches_in_flight() const {
   const ScheduleFigures f = schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_});
   return static_cast<int64_t>(std::ceil(f.peak_activations));
 }
 
-double Plan::expected_bubble() const {
-  return grid_.pp > 1 ? schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}).bubble : 0.0;
+int64_t Plan::micro_batches_in_flight(int stage) const {
+  const ScheduleFigures f = schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_});
+  return static_cast<int64_t>(std::ceil(f.stage_peak_activations.at(static_cast<size_t>(stage))));
 }
 
-int64_t Plan::largest_activation_bytes() const {
-  int64_t largest = 0;
-  for (int s = 0; s < pp(); ++s) largest = std::max(largest, activation_bytes(s));
-  return largest;
+double Plan::expected_bubble() const {
+  return grid_.pp > 1 ? schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}).bubble : 0.0;
 }
 
 ModelStateBytes Plan::state_bytes(int stage) const {

@@ -82,13 +82,23 @@ class Plan {
   // One sample entering / leaving a chunk: what the pipeline's neighbours exchange.
   const std::vector<int64_t>& chunk_input_shape(int stage, int chunk) const;
   const std::vector<int64_t>& chunk_output_shape(int stage, int chunk) const;
-  // fp32 bytes of a stage's outputs (every chunk's) for one micro-batch: what it keeps from
-  // forward to backward.
-  int64_t activation_bytes(int stage) const;
-  int64_t largest_activation_bytes() const;  // the most of any stage
+  // fp32 bytes of a stage's outputs (every chunk's) for one micro-batch: what its pipeline
+  // neighbour receives, and the least it keeps from forward to backward.
+  int64_t output_bytes(int stage) const;
+  // What a stage's layers keep from the forward of one micro-batch to its backward on a GPU,
+  // estimated (LayerInfo::saved, outputs included): `saved_bytes` as they run, `stored_bytes`
+  // were none of them recomputed. `recompute_bytes`: the largest stored set of its recomputed
+  // layers (model.recompute), live again while that layer's backward recomputes it; 0 for none.
+  int64_t saved_bytes(int stage) const;
+  int64_t stored_bytes(int stage) const;
+  int64_t recompute_bytes(int stage) const;
+  // The least device memory a rank of `stage` needs: its model state under ZeRO, the saved
+  // activations of the micro-batches it holds at worst, and one recomputation.
+  int64_t device_bytes(int stage) const;
   // Micro-batches a stage holds between forward and its last backward op at worst: GPipe all m,
   // 1F1B and ZB-H1 at most pp.
   int64_t micro_batches_in_flight() const;
+  int64_t micro_batches_in_flight(int stage) const;  // the same for one stage (1F1B: pp - stage)
   // The schedule's idle share for equal op times (1F1B: (p - 1) / (m + p - 1)); 0 without a pipeline.
   double expected_bubble() const;
 

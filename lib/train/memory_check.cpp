@@ -130,7 +130,7 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
       mine.limit_bytes = 0;
       log::warn("memory check skipped on {}: {}", conn.world.host, e.what());
     }
-    activation = deck.optim.precision == "fp32" ? plan.activation_bytes(stage) : plan.activation_bytes(stage) / 2;
+    activation = deck.optim.precision == "fp32" ? plan.output_bytes(stage) : plan.output_bytes(stage) / 2;
     needs_text = state_text + " and one micro-batch of stage outputs";
   } else {
     const MemoryLimit limit = host_memory_limit();

@@ -75,6 +75,14 @@ std::string schedule_table(int pp, int micro_batches, int deck_virtual_stages) {
   return out;
 }
 
+// The stage whose ranks need the most device memory.
+int busiest_stage(const parallel::Plan& plan) {
+  int busiest = 0;
+  for (int s = 1; s < plan.pp(); ++s)
+    if (plan.device_bytes(s) > plan.device_bytes(busiest)) busiest = s;
+  return busiest;
+}
+
 }  // namespace
 
 std::string plan_text(const config::Deck& deck, int world) {
@@ -103,7 +111,7 @@ std::string plan_text(const config::Deck& deck, int world) {
         names += (l == begin ? (c ? " | " : "") : ", ") + plan.layers()[static_cast<size_t>(l)].name;
     }
     out += fmt::format("  stage {}: {:>12} parameters, {} of activations per micro-batch  [{}]\n", s,
-                       plan.stage_parameters(s), size_text(plan.activation_bytes(s)), names);
+                       plan.stage_parameters(s), size_text(plan.saved_bytes(s)), names);
   }
   // Model state is per stage: the largest stage decides.
   const int largest = plan.largest_stage();
@@ -119,17 +127,37 @@ std::string plan_text(const config::Deck& deck, int world) {
                        plan.expected_bubble());
     out += schedule_table(pp, static_cast<int>(plan.accumulation()), plan.virtual_stages());
   }
-  // On a GPU all of this is device memory: the model state and the stage outputs of the
-  // micro-batches in flight between forward and backward.
-  const int64_t largest_activation = plan.largest_activation_bytes();
-  const int64_t in_flight = plan.micro_batches_in_flight();
-  const int64_t device_bytes = state.total() + in_flight * largest_activation;
+  // On a GPU all of this is device memory: the model state, and what the layers keep for the
+  // backward of each micro-batch in flight. The stage that needs the most decides.
+  const int busiest = busiest_stage(plan);
+  const int64_t in_flight = plan.micro_batches_in_flight(busiest);
+  const parallel::ModelStateBytes busiest_state = plan.state_bytes(busiest);
   std::string gpu;
   if (const auto node_gpu = comm::first_visible_gpu())
     gpu = fmt::format(" of {} on this node's {}", size_text(node_gpu->total_bytes), node_gpu->name);
-  out += fmt::format("device memory per rank on a GPU: at least {} = model state {} + stage outputs of {} micro-batch(es) "
-                     "in flight {}{} (the layers' inner activations and the allocator's cache come on top)\n",
-                     size_text(device_bytes), size_text(state.total()), in_flight, size_text(in_flight * largest_activation), gpu);
+  const std::string recompute =
+      plan.recompute_bytes(busiest) > 0
+          ? fmt::format(" + one block recomputed in its backward {}", size_text(plan.recompute_bytes(busiest)))
+          : "";
+  const bool estimated_16_bit = deck.optim.precision != "fp32" && deck.model.kind == "gpt";
+  out += fmt::format("device memory per rank on a GPU{}: at least {}{} = model state {} + activations of {} "
+                     "micro-batch(es) in flight {}{} (the layers' saved tensors, estimated {}; the backward's "
+                     "gradients and the allocator's cache come on top)\n",
+                     pp > 1 ? fmt::format(" (stage {})", busiest) : "", size_text(plan.device_bytes(busiest)), gpu,
+                     size_text(busiest_state.total()), in_flight, size_text(in_flight * plan.saved_bytes(busiest)),
+                     recompute, estimated_16_bit ? "in " + deck.optim.precision : "at fp32 sizes");
+  // What model.recompute changes, for a model with blocks worth recomputing.
+  if (deck.model.kind == "gpt") {
+    config::Deck other = deck;
+    other.model.recompute = !deck.model.recompute;
+    const parallel::Plan other_plan(other, world, model::describe_model(other, input), input.sample_shape);
+    const int other_busiest = busiest_stage(other_plan);
+    out += fmt::format("with model.recompute = {}: at least {}{}, activations {} per micro-batch (recomputation costs "
+                       "about one more forward of each block)\n",
+                       other.model.recompute ? "true" : "false", size_text(other_plan.device_bytes(other_busiest)),
+                       pp > 1 ? fmt::format(" (stage {})", other_busiest) : "",
+                       size_text(other_plan.saved_bytes(other_busiest)));
+  }
   return out;
 }
 

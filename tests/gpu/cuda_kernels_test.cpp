@@ -21,11 +21,13 @@
 #include "kernels/adamw.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/gelu_matmul.hpp"
+#include "model/describe_model.hpp"
 #include "model/gpt.hpp"
 #include "model/loss.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/precision.hpp"
 #include "scoped_env.hpp"
+#include "../saved_bytes.hpp"
 
 namespace {
 
@@ -580,6 +582,36 @@ TEST(NodeGpu, DriverNamesTheDeviceTheRuntimeSees) {
                                << trident::comm::cuda_visible_devices();
   EXPECT_EQ(gpu->name, trident::comm::cuda_device_name(0));
   EXPECT_EQ(gpu->total_bytes, trident::comm::cuda_total_memory_bytes(0));
+}
+
+// `trident plan`'s estimate of what each GPT layer keeps for its backward on a GPU
+// (LayerInfo::saved) against the caching allocator's bytes after its forward
+// (tests/saved_bytes.hpp): bf16 and fp16 (trident's fused layers, 16-bit weight copies), fp32
+// (LibTorch's layers, the memory-efficient attention), and recomputed blocks. Within 1% and 8 KiB
+// a layer: the allocator rounds each block up to 512 bytes, and the attention keeps two small
+// random-number state tensors the estimate leaves out.
+TEST(GpuMemory, PlanEstimatesWhatTheLayersKeep) {
+  trident::config::Deck deck;
+  deck.model.kind = "gpt";
+  deck.model.layers = 2;
+  deck.model.heads = 4;
+  deck.model.d_model = 128;
+  deck.model.seq_len = 128;
+  const trident::model::InputSpec input{{128}, 512, true};
+  const int64_t micro_batch = 4;
+  for (const std::string precision : {"bf16", "fp16", "fp32"})
+    for (const bool recompute : {false, true}) {
+      deck.optim.precision = precision;
+      deck.model.recompute = recompute;
+      const auto described = trident::model::describe_model(deck, input);
+      const auto measured = trident::measure::measured_saved_bytes(deck, input, micro_batch, torch::Device(torch::kCUDA, 0));
+      ASSERT_EQ(measured.size(), described.size());
+      for (size_t l = 0; l < described.size(); ++l) {
+        const double estimate = static_cast<double>(described[l].saved.of(micro_batch));
+        EXPECT_NEAR(static_cast<double>(measured[l]), estimate, 0.01 * estimate + 8192)
+            << precision << (recompute ? ", recomputed" : "") << ", layer " << described[l].name;
+      }
+    }
 }
 
 }  // namespace

@@ -69,11 +69,34 @@ TEST(Plan, BatchInFlightAndBubbleFollowTheDeck) {
   EXPECT_TRUE(plan.micro_batch_auto());
   EXPECT_EQ(plan.accumulation(), 4);
   EXPECT_EQ(plan.micro_batches_in_flight(), 2);  // 1F1B: at most pp
+  EXPECT_EQ(plan.micro_batches_in_flight(0), 2);  // stage s: pp - s
+  EXPECT_EQ(plan.micro_batches_in_flight(1), 1);
   EXPECT_DOUBLE_EQ(plan.expected_bubble(), 1.0 / 5.0);
   deck.parallel.schedule = "gpipe";
-  EXPECT_EQ(parallel::Plan(deck, 4, toy_layers(4), {1}).micro_batches_in_flight(), 4);
+  const parallel::Plan gpipe(deck, 4, toy_layers(4), {1});
+  EXPECT_EQ(gpipe.micro_batches_in_flight(), 4);
+  EXPECT_EQ(gpipe.micro_batches_in_flight(1), 4);  // every stage all m
   deck.parallel.pp = 1;
   EXPECT_EQ(parallel::Plan(deck, 4, toy_layers(4), {1}).expected_bubble(), 0.0);
+}
+
+// A stage's device memory: its model state, what its layers keep for each micro-batch it holds,
+// and the largest of its recomputed layers' stored sets once.
+TEST(Plan, DeviceBytesAddStateSavedActivationsAndOneRecomputation) {
+  auto deck = cnn_deck(2);
+  deck.parallel.boundaries = "2";
+  auto layers = toy_layers(4);
+  for (int l = 0; l < 4; ++l) layers[static_cast<size_t>(l)].saved = layers[static_cast<size_t>(l)].stored = {100 * (l + 1), 7};
+  layers[1].saved = {5, 0};  // recomputed: its output alone
+  layers[1].recomputed = true;
+  const parallel::Plan plan(deck, 2, layers, {1});  // micro-batch 4, accumulation 8, 1F1B
+  EXPECT_EQ(plan.saved_bytes(0), (100 * 4 + 7) + 5 * 4);
+  EXPECT_EQ(plan.stored_bytes(0), (100 * 4 + 7) + (200 * 4 + 7));
+  EXPECT_EQ(plan.recompute_bytes(0), 200 * 4 + 7);
+  EXPECT_EQ(plan.recompute_bytes(1), 0);
+  EXPECT_EQ(plan.saved_bytes(1), (300 * 4 + 7) + (400 * 4 + 7));
+  EXPECT_EQ(plan.device_bytes(0), plan.state_bytes(0).total() + 2 * plan.saved_bytes(0) + plan.recompute_bytes(0));
+  EXPECT_EQ(plan.device_bytes(1), plan.state_bytes(1).total() + 1 * plan.saved_bytes(1));
 }
 
 TEST(Plan, StagesPlaceTheirParametersContiguously) {
@@ -87,7 +110,7 @@ TEST(Plan, StagesPlaceTheirParametersContiguously) {
   EXPECT_EQ(plan.largest_stage(), 0);
   EXPECT_EQ(plan.chunk_input_shape(1, 0), (std::vector<int64_t>{30}));
   EXPECT_EQ(plan.chunk_output_shape(1, 0), (std::vector<int64_t>{40}));
-  EXPECT_EQ(plan.activation_bytes(0), 4 * plan.micro_batch() * 30);
+  EXPECT_EQ(plan.output_bytes(0), 4 * plan.micro_batch() * 30);
   const auto& placed = plan.placed_parameters();
   ASSERT_EQ(placed.size(), 4u);
   EXPECT_EQ(placed[2].offset, 1 + 2);
