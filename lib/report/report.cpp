@@ -149,7 +149,9 @@ json summary_json(const Summary& s) {
                  {"peak_bytes", s.peak_bytes},
                  {"startup_peak_bytes", s.startup_peak_bytes},
                  {"peak_device_bytes", s.peak_device_bytes ? json(*s.peak_device_bytes) : json(nullptr)},
-                 {"device_total_bytes", s.device_total_bytes ? json(*s.device_total_bytes) : json(nullptr)}};
+                 {"device_total_bytes", s.device_total_bytes ? json(*s.device_total_bytes) : json(nullptr)},
+                 {"estimated_device_bytes",
+                  s.estimated_device_bytes ? json(*s.estimated_device_bytes) : json(nullptr)}};
   auto rate_or_null = [](double v) { return v > 0 ? json(v) : json(nullptr); };
   r["checkpoint"] = {{"saves", s.checkpoint_saves},
                      {"write_gb_per_s", rate_or_null(s.checkpoint_write_gb_per_s)},
@@ -392,6 +394,7 @@ ReadReport read_report_json(const std::string& path) {
     f.read("memory/startup_peak_bytes", s.startup_peak_bytes);
     f.read("memory/peak_device_bytes", s.peak_device_bytes);
     f.read("memory/device_total_bytes", s.device_total_bytes);
+    f.read("memory/estimated_device_bytes", s.estimated_device_bytes);
     f.read("pipeline/bubble_fraction", s.bubble_fraction);
     f.read("pipeline/expected_bubble_fraction", s.expected_bubble_fraction);
     if (const json* stages = f.find("pipeline/stages"); stages && stages->is_array())

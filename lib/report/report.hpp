@@ -65,9 +65,11 @@ struct Summary {
   // what start-up needs of a node's host memory (on GPUs, the host's share of the whole run).
   int64_t startup_peak_bytes = 0;
   // GPU runs: the device's name (rank 0's), its memory, and the most the caching allocator had
-  // allocated at once on any rank's device; absent (null) on the CPU.
+  // allocated at once on any rank's device; absent (null) on the CPU. estimated_device_bytes:
+  // `trident plan`'s least device memory for the busiest rank (parallel::Plan::device_bytes), to
+  // hold against the peak.
   std::string device_name;
-  std::optional<int64_t> device_total_bytes, peak_device_bytes;
+  std::optional<int64_t> device_total_bytes, peak_device_bytes, estimated_device_bytes;
   double bubble_fraction = 0, expected_bubble_fraction = 0;  // pipeline, mean over stages
   std::vector<StageReport> stages;                            // one per pipeline stage (its dp rank 0)
   std::string resumed_from;                                   // "" when the run started fresh

@@ -218,8 +218,9 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn, bool we
                                                  "made and a pipeline (parallel.pp) builds a stage on each");
       whole = agreed(conn, [&] { return model::build(deck, input, draw); });
     }
-    layers = model::describe_layers(whole, input);
-    check_built_as_described(layers, model::describe_model(deck, input));
+    // The description, checked against what was built, carries the plan's estimates too.
+    layers = model::describe_model(deck, input);
+    check_built_as_described(model::describe_layers(whole, input), layers);
   } else {
     layers = agreed(conn, [&] { return model::describe_model(deck, input); });
     if (deck.parallel.pp > 1 && deck.parallel.balance == "time" && deck.parallel.boundaries.empty())

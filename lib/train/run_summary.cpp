@@ -143,10 +143,12 @@ report::Summary summarize_run(Trainer::State& s, const Result& result, double tr
   summary.startup_peak_bytes = static_cast<int64_t>(max_over_ranks(s, static_cast<double>(s.startup_peak_bytes)));
   const int64_t peak_device =
       max_bytes(s.conn.torch_device.is_cuda() ? comm::cuda_peak_allocated_bytes(s.conn.cuda_index) : 0);  // collective
+  const int64_t estimated_device = max_bytes(s.stage.plan->device_bytes(topo.stage()));  // collective
   if (s.conn.torch_device.is_cuda()) {
     summary.device_name = comm::cuda_device_name(s.conn.cuda_index);
     summary.device_total_bytes = comm::cuda_total_memory_bytes(s.conn.cuda_index);
     summary.peak_device_bytes = peak_device;
+    summary.estimated_device_bytes = estimated_device;
   }
   return summary;
 }

@@ -27,6 +27,7 @@
 #include "kernels/adamw.hpp"
 #include "kernels/gelu_matmul.hpp"
 #include "model/recompute.hpp"
+#include "report/report.hpp"
 #include "checkpoint_files.hpp"
 #include "run_over_mpi.hpp"
 #include "train_helpers.hpp"
@@ -360,6 +361,32 @@ TEST(Gpu, Bf16TracksFp32) {
   }
   EXPECT_GT(largest, 0.0) << "bf16 gave fp32's losses to the last bit: it did not run in bf16";
   EXPECT_LT(bf16.result.logged_losses.back().second, bf16.result.logged_losses.front().second);
+}
+
+// report.json's memory.estimated_device_bytes (trident plan's least device memory) against the
+// caching allocator's peak in a bf16 GPT run whose activations outweigh its model state: the
+// estimate is a lower bound (every saved tensor is live at the end of the forward), and not a
+// loose one: the backward's gradients, cuBLAS's workspace and the allocator's rounding add at
+// most the estimate again and 256 MiB here.
+TEST(Gpu, PlanEstimateBoundsThePeakDeviceMemory) {
+  if (world_size() != 1) GTEST_SKIP() << "np 1";
+  auto deck = tiny_gpt("plan_memory_gpu");
+  deck.model.layers = 4;
+  deck.model.heads = 4;
+  deck.model.d_model = 256;
+  deck.model.seq_len = 128;
+  deck.optim.precision = "bf16";
+  deck.optim.global_batch = 16;
+  deck.optim.micro_batch = "16";
+  deck.run.max_steps = 3;
+  const std::string dir = shared_scratch_dir() + "/plan_memory_gpu";
+  run(on(deck, "cuda"), MPI_COMM_WORLD, "bf16", "never", dir);
+  const auto report = report::read_report_json(dir + "/report.json").summary;
+  ASSERT_TRUE(report.estimated_device_bytes && report.peak_device_bytes);
+  const int64_t estimate = *report.estimated_device_bytes, peak = *report.peak_device_bytes;
+  EXPECT_GT(estimate, int64_t{60} << 20) << "the activations alone are ~75 MB";
+  EXPECT_LE(estimate, peak);
+  EXPECT_LE(peak, 2 * estimate + (int64_t{256} << 20));
 }
 
 // fp16 with an overflow injected into the gradients of step 3: that step is skipped (on every
