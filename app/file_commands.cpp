@@ -31,7 +31,7 @@ void print_usage(std::FILE* out) {
       "  trident prepare-data synthetic --tokens N --out FILE.h5 [--test-tokens N --vocab V]  random tokens\n"
       "  trident inspect FILE.h5                     a dataset or a checkpoint (checksums verified)\n"
       "  trident compare A.h5 B.h5 [--rtol R]        two checkpoints, tensor by tensor (exit 0 equal, 1 different)\n"
-      "  trident plan DECK [--world N] [--set ...]   no training: layout and model-state memory per rank\n"
+      "  trident plan DECK [--world N] [--gpu-memory GIB] [--set ...]  no training: layout, memory per rank\n"
       "  trident report STUDY_DIR --out DIR [--kind strong|weak]  scaling table, CSV, plot of its report.json files\n"
       "  trident report --goodput RUN_DIR [--out DIR]  where a run's job chain spent its time (goodput.md, .svg)\n"
       "  trident report SWEEP_DIR [--out DIR] [--rank-by test_accuracy|test_loss]  a jobs/sweep.slurm sweep, ranked\n"

@@ -17,9 +17,11 @@
 namespace trident::app {
 
 int plan_command(int argc, char** argv) {
-  po::options_description options("trident plan DECK [--world N] [--set section.key=value ...]");
+  po::options_description options("trident plan DECK [--world N] [--gpu-memory GIB] [--set section.key=value ...]");
   options.add_options()("help,h", "this help")("deck", po::value<std::string>(), "input deck (INI)")(
       "world", po::value<int>(), "ranks the job will have (default: SLURM_NTASKS inside an allocation, else 1)")(
+      "gpu-memory", po::value<double>(),
+      "GiB of memory of the run's GPUs: whether the deck fits them (default: this node's first GPU, if any)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a deck key");
   po::positional_options_description positional;
   positional.add("deck", 1);
@@ -61,7 +63,14 @@ int plan_command(int argc, char** argv) {
     env.world_size = world;
     env.cuda_available = true;
     config::validate_or_throw(deck, env, deck_problems);
-    std::cout << world_note << train::plan_text(deck, world);
+    int64_t gpu_bytes = 0;
+    if (vm.count("gpu-memory")) {
+      const double gib = vm["gpu-memory"].as<double>();
+      if (!(gib > 0 && gib < 1e6))
+        throw BadInput(fmt::format("plan: --gpu-memory {}: the GPUs' memory in GiB, e.g. 80", gib));
+      gpu_bytes = static_cast<int64_t>(gib * (int64_t{1} << 30));
+    }
+    std::cout << world_note << train::plan_text(deck, world, gpu_bytes);
     return 0;
   });
 }

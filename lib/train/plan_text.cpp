@@ -85,7 +85,15 @@ int busiest_stage(const parallel::Plan& plan) {
 
 }  // namespace
 
-std::string plan_text(const config::Deck& deck, int world) {
+std::string device_fit_problem(int64_t need, int64_t gpu_bytes, const config::Deck& deck) {
+  if (need <= gpu_bytes) return "";
+  const bool can_recompute = deck.model.kind == "gpt" && !deck.model.recompute;
+  return fmt::format("does not fit a GPU of {}: {} more. Lower optim.micro_batch (activations){}, raise "
+                     "parallel.zero (model state) or parallel.pp (both)",
+                     size_text(gpu_bytes), size_text(need - gpu_bytes), can_recompute ? ", set model.recompute = true" : "");
+}
+
+std::string plan_text(const config::Deck& deck, int world, int64_t gpu_bytes) {
   std::string source;
   const auto input = input_of(deck, source);
   const parallel::Plan plan(deck, world, model::describe_model(deck, input), input.sample_shape);
@@ -133,8 +141,12 @@ std::string plan_text(const config::Deck& deck, int world) {
   const int64_t in_flight = plan.micro_batches_in_flight(busiest);
   const parallel::ModelStateBytes busiest_state = plan.state_bytes(busiest);
   std::string gpu;
-  if (const auto node_gpu = comm::first_visible_gpu())
+  if (gpu_bytes > 0) {
+    gpu = fmt::format(" of {} (--gpu-memory)", size_text(gpu_bytes));
+  } else if (const auto node_gpu = comm::first_visible_gpu()) {
     gpu = fmt::format(" of {} on this node's {}", size_text(node_gpu->total_bytes), node_gpu->name);
+    gpu_bytes = node_gpu->total_bytes;
+  }
   const std::string recompute =
       plan.recompute_bytes(busiest) > 0
           ? fmt::format(" + one block recomputed in its backward {}", size_text(plan.recompute_bytes(busiest)))
@@ -146,6 +158,9 @@ std::string plan_text(const config::Deck& deck, int world) {
                      pp > 1 ? fmt::format(" (stage {})", busiest) : "", size_text(plan.device_bytes(busiest)), gpu,
                      size_text(busiest_state.total()), in_flight, size_text(in_flight * plan.saved_bytes(busiest)),
                      recompute, estimated_16_bit ? "in " + deck.optim.precision : "at fp32 sizes");
+  if (gpu_bytes > 0)
+    if (const std::string problem = device_fit_problem(plan.device_bytes(busiest), gpu_bytes, deck); !problem.empty())
+      out += problem + "\n";
   // What model.recompute changes, for a model with blocks worth recomputing.
   if (deck.model.kind == "gpt") {
     config::Deck other = deck;

@@ -20,6 +20,12 @@ std::string vocab_problem(const config::Deck& deck, const data::SplitFile& train
 // "777.84 MiB", "1.20 GiB", "4.0 KiB".
 std::string size_text(int64_t bytes);
 
-std::string plan_text(const config::Deck& deck, int world_size);
+// `gpu_bytes`: the memory of the GPUs the run will have (plan --gpu-memory); 0: this node's first
+// GPU where it has one, else none.
+std::string plan_text(const config::Deck& deck, int world_size, int64_t gpu_bytes = 0);
+
+// "" when `need` bytes fit in a GPU of `gpu_bytes`; else what does not fit and the deck keys that
+// shrink it (model.recompute where the deck's model recomputes and does not yet).
+std::string device_fit_problem(int64_t need, int64_t gpu_bytes, const config::Deck& deck);
 
 }  // namespace trident::train
