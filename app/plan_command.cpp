@@ -66,7 +66,7 @@ int plan_command(int argc, char** argv) {
     int64_t gpu_bytes = 0;
     if (vm.count("gpu-memory")) {
       const double gib = vm["gpu-memory"].as<double>();
-      if (!(gib > 0 && gib < 1e6))
+      if (!(gib >= 1.0 / 1024 && gib < 1e6))  // from 1 MiB
         throw BadInput(fmt::format("plan: --gpu-memory {}: the GPUs' memory in GiB, e.g. 80", gib));
       gpu_bytes = static_cast<int64_t>(gib * (int64_t{1} << 30));
     }

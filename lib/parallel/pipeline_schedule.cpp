@@ -167,7 +167,6 @@ ScheduleFigures schedule_figures(const std::string& name, const PipelineShape& s
       if (op.kind == OpKind::Forward) peak = std::max(peak, ++alive);
       if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight) --alive;
     }
-    figures.stage_peak_activations.push_back(peak / v);
     figures.peak_activations = std::max(figures.peak_activations, peak / v);
   }
   // Timed run: each rank does its ops in order, an op starting once the rank is free and its

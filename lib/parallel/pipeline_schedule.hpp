@@ -65,7 +65,6 @@ struct ScheduleFigures {
   // The most micro-batches any rank holds activations for (forward done, last backward op not),
   // in stage outputs: a chunk's count / v.
   double peak_activations = 0;
-  std::vector<double> stage_peak_activations;  // the same for each stage's rank
 };
 ScheduleFigures schedule_figures(const std::string& name, const PipelineShape& shape);
 

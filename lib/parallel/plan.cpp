@@ -171,8 +171,34 @@ int64_t Plan::recompute_bytes(int stage) const {
   return largest;
 }
 
+int64_t Plan::held_activation_bytes(int stage) const {
+  // One micro-batch of each chunk: its layers' saved tensors and, past the first virtual stage,
+  // the fp32 input it received, which its backward reads.
+  std::vector<int64_t> chunk_bytes;
+  for (int chunk = 0; chunk < virtual_stages_; ++chunk) {
+    const auto [begin, end] = chunk_layers(stage, chunk);
+    int64_t bytes = 0;
+    for (int l = begin; l < end; ++l) bytes += layers_[static_cast<size_t>(l)].saved.of(micro_batch_);
+    if (chunk * grid_.pp + stage > 0) {
+      int64_t input = 4 * micro_batch_;
+      for (int64_t d : chunk_input_shape(stage, chunk)) input *= d;
+      bytes += input;
+    }
+    chunk_bytes.push_back(bytes);
+  }
+  // Alive from a forward to the micro-batch's last backward op on that chunk.
+  int64_t alive = 0, peak = 0;
+  for (const ScheduleOp& op :
+       make_schedule(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}, stage)) {
+    const int64_t bytes = chunk_bytes.at(static_cast<size_t>(op.chunk));
+    if (op.kind == OpKind::Forward) peak = std::max(peak, alive += bytes);
+    if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight) alive -= bytes;
+  }
+  return peak;
+}
+
 int64_t Plan::device_bytes(int stage) const {
-  return state_bytes(stage).total() + micro_batches_in_flight(stage) * saved_bytes(stage) + recompute_bytes(stage);
+  return state_bytes(stage).total() + held_activation_bytes(stage) + recompute_bytes(stage);
 }
 
 // Both from the schedule's own op lists (parallel/pipeline_schedule.hpp), equal op times assumed.
@@ -182,8 +208,13 @@ int64_t Plan::micro_batches_in_flight() const {
 }
 
 int64_t Plan::micro_batches_in_flight(int stage) const {
-  const ScheduleFigures f = schedule_figures(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_});
-  return static_cast<int64_t>(std::ceil(f.stage_peak_activations.at(static_cast<size_t>(stage))));
+  int alive = 0, peak = 0;  // (micro-batch, chunk) pairs
+  for (const ScheduleOp& op :
+       make_schedule(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}, stage)) {
+    if (op.kind == OpKind::Forward) peak = std::max(peak, ++alive);
+    if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight) --alive;
+  }
+  return (peak + virtual_stages_ - 1) / virtual_stages_;
 }
 
 double Plan::expected_bubble() const {

@@ -92,13 +92,17 @@ class Plan {
   int64_t saved_bytes(int stage) const;
   int64_t stored_bytes(int stage) const;
   int64_t recompute_bytes(int stage) const;
-  // The least device memory a rank of `stage` needs: its model state under ZeRO, the saved
-  // activations of the micro-batches it holds at worst, and one recomputation.
+  // The most of those a rank of `stage` holds at once over its schedule: each (micro-batch,
+  // chunk) from its forward to its last backward op, with the input it received from the
+  // previous stage (1F1B: pp - stage micro-batches; an interleaved chunk by its own size).
+  int64_t held_activation_bytes(int stage) const;
+  // The least device memory a rank of `stage` needs: its model state under ZeRO, the activations
+  // it holds at worst, and one recomputation.
   int64_t device_bytes(int stage) const;
   // Micro-batches a stage holds between forward and its last backward op at worst: GPipe all m,
   // 1F1B and ZB-H1 at most pp.
   int64_t micro_batches_in_flight() const;
-  int64_t micro_batches_in_flight(int stage) const;  // the same for one stage (1F1B: pp - stage)
+  int64_t micro_batches_in_flight(int stage) const;  // the same for one stage (1F1B: pp - stage), rounded up
   // The schedule's idle share for equal op times (1F1B: (p - 1) / (m + p - 1)); 0 without a pipeline.
   double expected_bubble() const;
 

@@ -151,13 +151,17 @@ std::string plan_text(const config::Deck& deck, int world, int64_t gpu_bytes) {
       plan.recompute_bytes(busiest) > 0
           ? fmt::format(" + one block recomputed in its backward {}", size_text(plan.recompute_bytes(busiest)))
           : "";
-  const bool estimated_16_bit = deck.optim.precision != "fp32" && deck.model.kind == "gpt";
-  out += fmt::format("device memory per rank on a GPU{}: at least {}{} = model state {} + activations of {} "
-                     "micro-batch(es) in flight {}{} (the layers' saved tensors, estimated {}; the backward's "
-                     "gradients and the allocator's cache come on top)\n",
-                     pp > 1 ? fmt::format(" (stage {})", busiest) : "", size_text(plan.device_bytes(busiest)), gpu,
-                     size_text(busiest_state.total()), in_flight, size_text(in_flight * plan.saved_bytes(busiest)),
-                     recompute, estimated_16_bit ? "in " + deck.optim.precision : "at fp32 sizes");
+  // The mlp and the cnn under bf16 / fp16 (autocast) are estimated at their fp32 sizes, more than
+  // they keep: no lower bound then.
+  const bool fp32_sizes_for_16_bit = deck.optim.precision != "fp32" && deck.model.kind != "gpt";
+  out += fmt::format("device memory per rank on a GPU{}: {} {}{} = model state {} + activations of {} micro-batch(es) "
+                     "in flight {}{} (the layers' saved tensors, estimated {}; the backward's gradients and the "
+                     "allocator's cache come on top)\n",
+                     pp > 1 ? fmt::format(" (stage {})", busiest) : "", fp32_sizes_for_16_bit ? "about" : "at least",
+                     size_text(plan.device_bytes(busiest)), gpu, size_text(busiest_state.total()), in_flight,
+                     size_text(plan.held_activation_bytes(busiest)), recompute,
+                     fp32_sizes_for_16_bit ? "at fp32 sizes, above their " + deck.optim.precision + " ones"
+                                           : "in " + deck.optim.precision);
   if (gpu_bytes > 0)
     if (const std::string problem = device_fit_problem(plan.device_bytes(busiest), gpu_bytes, deck); !problem.empty())
       out += problem + "\n";

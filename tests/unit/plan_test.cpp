@@ -95,8 +95,14 @@ TEST(Plan, DeviceBytesAddStateSavedActivationsAndOneRecomputation) {
   EXPECT_EQ(plan.recompute_bytes(0), 200 * 4 + 7);
   EXPECT_EQ(plan.recompute_bytes(1), 0);
   EXPECT_EQ(plan.saved_bytes(1), (300 * 4 + 7) + (400 * 4 + 7));
+  // 1F1B: stage 0 holds 2 micro-batches, stage 1 one, with the fp32 input it received (layer 1's
+  // output, 20 values a sample).
+  EXPECT_EQ(plan.held_activation_bytes(0), 2 * plan.saved_bytes(0));
+  EXPECT_EQ(plan.held_activation_bytes(1), plan.saved_bytes(1) + 4 * 4 * 20);
   EXPECT_EQ(plan.device_bytes(0), plan.state_bytes(0).total() + 2 * plan.saved_bytes(0) + plan.recompute_bytes(0));
-  EXPECT_EQ(plan.device_bytes(1), plan.state_bytes(1).total() + 1 * plan.saved_bytes(1));
+  EXPECT_EQ(plan.device_bytes(1), plan.state_bytes(1).total() + plan.saved_bytes(1) + 4 * 4 * 20);
+  deck.parallel.schedule = "gpipe";  // every micro-batch of the step
+  EXPECT_EQ(parallel::Plan(deck, 2, layers, {1}).held_activation_bytes(1), 8 * (plan.saved_bytes(1) + 4 * 4 * 20));
 }
 
 TEST(Plan, StagesPlaceTheirParametersContiguously) {
