@@ -378,6 +378,15 @@ TEST(GptModel, LogitsAtAPositionDependOnlyOnTokensUpToIt) {
 // and the rest, with their activations), and the backward gives the very same loss and gradients,
 // in fp32 and under bf16 autocast (whose recomputation must cast as the forward did).
 TEST(GptModel, RecomputedBlocksGiveTheStoredBlocksGradients) {
+  // One intra-op thread, as the trainer's tests run (run.threads = 1): with two, LibTorch 2.11's
+  // bf16 CPU kernels gave two forwards of the same model and tokens different bits now and then on
+  // a loaded machine (1 run in 20 with both cores busy; none in 40 with one thread).
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  struct Restore {
+    int threads;
+    ~Restore() { at::set_num_threads(threads); }
+  } restore{threads};
   for (const bool bf16 : {false, true}) {
     std::vector<at::Tensor> losses;
     std::vector<std::vector<at::Tensor>> grads;
