@@ -143,6 +143,15 @@ double schedule_formula(const std::string& name, const PipelineShape& shape) {
   return (p - 1) / (m + p - 1);
 }
 
+int64_t peak_held(const std::vector<ScheduleOp>& ops, const std::function<int64_t(int chunk)>& held) {
+  int64_t alive = 0, peak = 0;
+  for (const ScheduleOp& op : ops) {
+    if (op.kind == OpKind::Forward) peak = std::max(peak, alive += held(op.chunk));
+    if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight) alive -= held(op.chunk);
+  }
+  return peak;
+}
+
 ScheduleFigures schedule_figures(const std::string& name, const PipelineShape& shape) {
   const int p = shape.pp;
   const double v = shape.virtual_stages;
@@ -160,15 +169,9 @@ ScheduleFigures schedule_figures(const std::string& name, const PipelineShape& s
     figures.formula = 2 * (pp - 1) / (3 * m + 2 * (pp - 1));
     figures.formula_text = "<= 2(p-1) / (3m + 2(p-1))";
   }
-  // Peak activations held, per rank.
-  for (const auto& rank_ops : ops) {
-    int alive = 0, peak = 0;
-    for (const auto& op : rank_ops) {
-      if (op.kind == OpKind::Forward) peak = std::max(peak, ++alive);
-      if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight) --alive;
-    }
-    figures.peak_activations = std::max(figures.peak_activations, peak / v);
-  }
+  for (const auto& rank_ops : ops)
+    figures.peak_activations =
+        std::max(figures.peak_activations, static_cast<double>(peak_held(rank_ops, [](int) { return 1; })) / v);
   // Timed run: each rank does its ops in order, an op starting once the rank is free and its
   // input is there (the previous virtual stage's forward, the next one's input gradient).
   enum { kForward, kInputGrad };

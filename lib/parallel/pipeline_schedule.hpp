@@ -9,6 +9,8 @@
 // A backward is one op (Backward) or two (split backward): BackwardInput, the gradient with
 // respect to the chunk's input, which the previous stage waits for, and BackwardWeight, the
 // gradient with respect to the chunk's parameters, which nobody waits for and can fill a bubble.
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,10 @@ ScheduleFigures schedule_figures(const std::string& name, const PipelineShape& s
 // zb-h1 (p - 1) / (3 m + p - 1), the paper's figure, which its order reaches with m = p and misses
 // by at most p - 1 op times otherwise (a bubble of at most 2 (p - 1) / (3 m + 2 (p - 1))).
 double schedule_formula(const std::string& name, const PipelineShape& shape);
+
+// The most one rank's `ops` hold at once, where each (micro-batch, chunk) holds held(chunk) from
+// its forward to its last backward op there (Backward, or BackwardWeight when split).
+int64_t peak_held(const std::vector<ScheduleOp>& ops, const std::function<int64_t(int chunk)>& held);
 
 std::string to_string(const ScheduleOp& op);
 std::string op_name(OpKind kind);  // F, B, Bi, W, recv_act, ...

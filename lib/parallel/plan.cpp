@@ -186,15 +186,8 @@ int64_t Plan::held_activation_bytes(int stage) const {
     }
     chunk_bytes.push_back(bytes);
   }
-  // Alive from a forward to the micro-batch's last backward op on that chunk.
-  int64_t alive = 0, peak = 0;
-  for (const ScheduleOp& op :
-       make_schedule(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}, stage)) {
-    const int64_t bytes = chunk_bytes.at(static_cast<size_t>(op.chunk));
-    if (op.kind == OpKind::Forward) peak = std::max(peak, alive += bytes);
-    if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight) alive -= bytes;
-  }
-  return peak;
+  return peak_held(make_schedule(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}, stage),
+                   [&](int chunk) { return chunk_bytes.at(static_cast<size_t>(chunk)); });
 }
 
 int64_t Plan::device_bytes(int stage) const {
@@ -208,13 +201,10 @@ int64_t Plan::micro_batches_in_flight() const {
 }
 
 int64_t Plan::micro_batches_in_flight(int stage) const {
-  int alive = 0, peak = 0;  // (micro-batch, chunk) pairs
-  for (const ScheduleOp& op :
-       make_schedule(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}, stage)) {
-    if (op.kind == OpKind::Forward) peak = std::max(peak, ++alive);
-    if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight) --alive;
-  }
-  return (peak + virtual_stages_ - 1) / virtual_stages_;
+  const int64_t pairs =  // (micro-batch, chunk)
+      peak_held(make_schedule(schedule_, {grid_.pp, static_cast<int>(accumulation_), virtual_stages_}, stage),
+                [](int) { return 1; });
+  return (pairs + virtual_stages_ - 1) / virtual_stages_;
 }
 
 double Plan::expected_bubble() const {
