@@ -9,6 +9,7 @@
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -35,10 +36,13 @@ class CpuBytesInUse : public c10::MemoryReportingInfoBase {
  public:
   using Total = ThirdParameterOf<decltype(&c10::MemoryReportingInfoBase::reportMemoryUsage)>::type;
   void reportMemoryUsage(void* /*ptr*/, int64_t bytes, Total, Total, c10::Device device) override {
-    if (device.is_cpu()) in_use += bytes;  // negative for a release
+    if (!device.is_cpu()) return;
+    in_use += bytes;  // negative for a release
+    peak = std::max(peak, in_use);
   }
   bool memoryProfilingEnabled() const override { return true; }
   int64_t in_use = 0;
+  int64_t peak = 0;  // the most in_use was since it was last set (to in_use, say)
 };
 
 // Per layer of the deck's model, at the deck's precision on `device` (autocast as training runs

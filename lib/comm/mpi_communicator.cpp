@@ -102,6 +102,7 @@ class MpiWork final : public Work {
  private:
   void complete() {
     if (finish_) std::exchange(finish_, nullptr)();
+    staged_ = at::Tensor();  // read or copied back: a completed Work kept for later holds no buffer
   }
   MPI_Request request_;
   Op op_;

@@ -78,8 +78,13 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
   const auto slots = static_cast<size_t>(micro_batches * v);  // one per (micro-batch, chunk)
   std::vector<at::Tensor> inputs(slots), outputs(slots), labels(slots), losses(slots), output_grads(slots);
   std::vector<std::unique_ptr<SplitBackward>> split(slots);  // between an input and a weight gradient
+  // Sends in flight; each keeps the tensor it reads (comm::Communicator::send_async) until it
+  // completes, and is dropped then: a stage holds an activation it sent only until the peer has
+  // it, not to the step's end (1F1B's pp - stage micro-batches, whatever the step's number).
   std::vector<std::unique_ptr<comm::Work>> sends;
-  std::vector<at::Tensor> in_flight;  // what the sends read from, alive until they complete
+  const auto drop_completed_sends = [&sends] {
+    sends.erase(std::remove_if(sends.begin(), sends.end(), [](const auto& s) { return s->test(); }), sends.end());
+  };
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   int alive = 0;
   std::vector<OpTiming> timeline;
@@ -130,9 +135,8 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         break;
       }
       case OpKind::SendActivation:  // to the next virtual stage: the next rank, or rank 0's next chunk
-        in_flight.push_back(outputs[i].detach());
-        sends.push_back(activations_.send_async(in_flight.back(), next_rank(),
-                                                activation_tag(op.micro, last() ? c + 1 : c, v)));
+        sends.push_back(
+            activations_.send_async(outputs[i].detach(), next_rank(), activation_tag(op.micro, last() ? c + 1 : c, v)));
         break;
       case OpKind::RecvGradient:
         output_grads[i] = receive(gradients_, chunk.output_shape, micro_batch, next_rank(), gradient_tag(op.micro, c, v));
@@ -143,6 +147,7 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         if (last_chunk(c)) (losses[i] * loss_factor).backward();
         else outputs[i].backward(output_grads[i]);
         outputs[i] = losses[i] = output_grads[i] = labels[i] = at::Tensor();
+        if (first_chunk(c)) inputs[i] = at::Tensor();  // the batch: no gradient to send back
         --alive;
         break;
       }
@@ -162,18 +167,19 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
         tell_strategy(k, op);  // the gradient hooks fire here
         split[i]->weight_gradients([&sync](const std::vector<at::Tensor>& params) { sync.before_weight_gradients(params); });
         split[i].reset();
+        if (first_chunk(c)) inputs[i] = at::Tensor();
         --alive;
         break;
       }
       case OpKind::SendGradient:  // to the previous virtual stage: the previous rank's, or the last rank's previous chunk
-        in_flight.push_back(inputs[i].grad());
-        sends.push_back(gradients_.send_async(in_flight.back(), previous_rank(),
-                                              gradient_tag(op.micro, first() ? c - 1 : c, v)));
+        sends.push_back(
+            gradients_.send_async(inputs[i].grad(), previous_rank(), gradient_tag(op.micro, first() ? c - 1 : c, v)));
         inputs[i] = at::Tensor();
         break;
     }
     if (is_compute(op.kind) && pp_ > 1 && !device_.is_cuda())
       timeline.push_back({static_cast<int>(op.kind), op.micro, op.chunk, op_start, step.seconds()});
+    drop_completed_sends();
   }
   stats_.last_step = std::move(timeline);
   {
