@@ -8,11 +8,19 @@
 # skips that). GPU tests skip where no GPU is visible.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PRESET=ci bash scripts/build.sh
-ctest --preset ci -j "$(nproc)" "$@"
+# phase NAME COMMAND...: runs it and says how long it took, and the whole so far (CI's budget is
+# an hour on 2 cores: these lines show which part grew).
+phase() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "scripts/test.sh: $name took $((SECONDS - start)) s ($((SECONDS / 60)) min so far)"
+}
+phase "install + build" env PRESET=ci bash scripts/build.sh
+phase "tests" ctest --preset ci -j "$(nproc)" "$@"
 if [ "${TRIDENT_SKIP_CUDA:-0}" != 1 ]; then
-  PRESET=cuda bash scripts/build.sh
-  ctest --preset cuda -j "$(nproc)" -L '^(unit|gpu)$' "$@"
-  ctest --preset cuda -j "$(nproc)" -R '^(mpi_[A-Za-z]+_np[12]|cli_installed_binary_runs)$' "$@"
+  phase "CUDA flavour: build" env PRESET=cuda bash scripts/build.sh
+  phase "CUDA flavour: unit tests" ctest --preset cuda -j "$(nproc)" -L '^(unit|gpu)$' "$@"
+  phase "CUDA flavour: MPI tests" ctest --preset cuda -j "$(nproc)" -R '^(mpi_[A-Za-z]+_np[12]|cli_installed_binary_runs)$' "$@"
 fi
-[ "${TRIDENT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/sanitize.sh
+[ "${TRIDENT_SKIP_SANITIZERS:-0}" = 1 ] || phase "ASan + UBSan: build and tests" bash scripts/sanitize.sh
