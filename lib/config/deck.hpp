@@ -25,7 +25,7 @@
   X(run, requeue_lock_wait_s, double, 300.0,                                                    \
     "a requeued Slurm job (or jobs/restart_chain.sh's next link) whose run.output_dir is still locked by an earlier lifetime of the same job (or the previous link), which Slurm has ended (its node failed: the file system keeps the lock until it gives up on the node, NFSv4 after its ~90 s lease), waits this long for it (0 to 1e6 seconds), then exits 2") \
   X(run, check_memory, bool, true,                                                              \
-    "refuse at start-up (exit 2) a model state larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's), and at pp = 1 a whole-model build past each rank's share of it; false = skip both") \
+    "refuse at start-up (exit 2) a model state (with, in an fp32 run on the host, what the layers keep for the backward of the micro-batches in flight) larger than the memory the node's ranks share (cgroup limits, MemTotal + swap, the GPU's), and at pp = 1 a whole-model build past each rank's share of it; false = skip both") \
   X(run, peak_tflops, double, 0.0,                                                              \
     "token models (gpt): peak TFLOP/s per rank for MFU (>= 0.001); 0 = the GPU's dense bf16/fp16 peak in bf16/fp16 (H100/H200 989, A100 312), else no MFU") \
   X(run, cuda_graph, bool, false,                                                               \

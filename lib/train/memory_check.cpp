@@ -77,18 +77,26 @@ std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self
   const int64_t need = needs_by_limit(claims, zero).at(me.limit_id);
   if (need <= me.limit_bytes) return "";
   std::vector<int> sharing;
-  int64_t held = 0;  // what they hold already
+  int64_t held = 0, activations = 0;  // what they hold already; what their layers keep
   for (const auto& c : claims)
     if (c.limit_id == me.limit_id) {
       sharing.push_back(c.rank);
       held += c.held_bytes;
+      activations += c.activation_bytes;
     }
   const bool one = sharing.size() == 1;
   std::string message = fmt::format(
       "the model does not fit in memory: {} on {} {} at least {}{} for {} at parallel.zero = {}, more than {} (a lower "
-      "bound: activations and the libraries' own memory come on top).",
+      "bound: {} own memory come{} on top).",
       ranks_text(sharing), host, one ? "needs" : "need", size_text(need), one ? "" : " together", needs_text, zero,
-      limit_text);
+      limit_text, activations > 0 ? "the libraries'" : "activations and the libraries'", activations > 0 ? "s" : "");
+  // Worth naming where the state alone would overdraw the limit by less than they add.
+  if (activations > need - me.limit_bytes)
+    message += fmt::format(
+        " {} of it {} what the layers keep for the backward, which no ZeRO stage shrinks: a smaller optim.micro_batch "
+        "does, as do model.recompute = true (gpt) and, at parallel.pp > 1, parallel.schedule = 1f1b (pp - stage "
+        "micro-batches in flight where gpipe holds all a step has).",
+        size_text(activations), one ? "is" : "is, together,");
   // The higher stages at which every limit of the node holds with what its ranks hold already on
   // top, with this limit's figure.
   std::string stages, figures;
@@ -139,6 +147,12 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
     limit_text = host_limit_text(limit);
     needs_text = state_text;
     mine.held_bytes = resident_anonymous_bytes();
+    // LibTorch's fp32 layers keep what the plan says (ActivationMemory, PipelineMemory); a 16-bit
+    // run on the CPU runs autocast's layers, which the plan does not size.
+    if (deck.optim.precision == "fp32") {
+      activation = mine.activation_bytes = plan.held_activation_bytes(stage) + plan.recompute_bytes(stage);
+      needs_text += " and what the layers keep for the backward of the micro-batches in flight";
+    }
   }
   for (int z = 0; z <= 3; ++z)
     mine.need_bytes[static_cast<size_t>(z)] =

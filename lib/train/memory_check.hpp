@@ -3,8 +3,11 @@
 // node's memory, one GPU) hold what they certainly will? A deck that asks for more is bad input
 // (exit 2) with the figures and the ZeRO stages that would fit, instead of an OOM kill or a CUDA
 // out-of-memory error minutes into the job. Only lower bounds are compared: the fp32 model state
-// the ZeRO paper counts (and on a GPU one micro-batch of stage outputs), never activations
-// inside layers or the libraries' own memory; a limit counts the swap its group may use.
+// the ZeRO paper counts; on the host of an fp32 run what the layers keep for the backward of the
+// micro-batches the stage holds at once (trident plan's estimate, which LibTorch's allocator
+// confirms to the byte: tests ActivationMemory, PipelineMemory), on a GPU one micro-batch of stage
+// outputs (the plan's GPU estimate waits for a run on a GPU); never the libraries' own memory. A
+// limit counts the swap its group may use.
 // run.check_memory = false skips it.
 #include <array>
 #include <cstdint>
@@ -28,6 +31,9 @@ struct MemoryClaim {
   uint64_t limit_id = 0;                // ranks with the same id draw on the same limit
   int64_t limit_bytes = 0;              // 0: unknown, not checked
   std::array<int64_t, 4> need_bytes{};  // the least this rank holds at parallel.zero = 0, 1, 2, 3
+  // Of each need: what the layers keep for the backward (no ZeRO stage shrinks it), when counted
+  // (an fp32 run on the host).
+  int64_t activation_bytes = 0;
   // What it holds already (host: the libraries' heap and the whole model as every rank builds
   // it): not a bound (part of it is freed), so it only keeps a stage with too thin a margin
   // from being offered.
@@ -37,8 +43,8 @@ struct MemoryClaim {
 // What the ranks drawing on claims[self]'s limit lack at ZeRO stage `zero`: "" when their needs
 // add up to no more than it. Else one message: the ranks, `limit_text` (what the limit is),
 // the figures, and the higher stages at which every limit among `claims` holds with what the
-// ranks hold already on top, or that none does (more ranks, pp, a smaller model). `needs_text`
-// says what the need counts.
+// ranks hold already on top, or that none does (more ranks, pp, a smaller model), and with
+// activations counted, the keys that shrink them. `needs_text` says what the need counts.
 std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self, int zero, const std::string& host,
                              const std::string& limit_text, const std::string& needs_text);
 

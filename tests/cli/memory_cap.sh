@@ -3,7 +3,8 @@
 # confines a job step, are told before training that the model state cannot fit (exit 2, one
 # message with the figures, the cgroup's limit file and the ZeRO stages that would fit, nothing
 # written, no OOM kill), that a whole model (pp = 1) the ranks cannot even build is refused while
-# they build it, and the stage it offers trains under the same caps. Needs root and a writable cgroup
+# they build it, and the stage it offers trains under the same caps; the same for a pipeline whose
+# schedule holds more activations than the caps allow (gpipe), and the schedule it names (1f1b). Needs root and a writable cgroup
 # memory controller (v1 or v2); without one it says so and is skipped (exit 77).
 source "$(dirname "$0")/common.sh" "$1" "$2" 64
 # On failure, the end of each run's log too (the caps sit close to what the runs need).
@@ -44,8 +45,9 @@ oom_kills() { cat "$1/memory.oom_control" "$1/memory.events" 2>/dev/null | sed -
 
 "$trident" prepare-data synthetic --out tokens.h5 --tokens 100000 --test-tokens 1040 --vocab 256 >/dev/null
 # GPTs of d_model 1024: 4 blocks are 50,976,768 parameters (fp32 AdamW model state 777.84 MiB a
-# rank without ZeRO), 6 blocks 76,169,216 (1.14 GiB); every rank first builds the whole model
-# (under ZeRO-3 only its partition of each layer).
+# rank without ZeRO), 6 blocks 76,169,216 (1.14 GiB); what their layers keep for the backward of a
+# micro-batch of 1 comes on top (16.6 and 24.7 MiB). Every rank first builds the whole model (under
+# ZeRO-3 only its partition of each layer).
 args=(/dev/null --set data.path=tokens.h5 --set model.kind=gpt --set model.d_model=1024 --set model.heads=8
       --set model.seq_len=64 --set optim.global_batch=2 --set optim.micro_batch=1 --set run.max_steps=2
       --set run.threads=1 --set checkpoint.every_steps=0)
@@ -68,7 +70,7 @@ refused_in_shared() {  # LAYERS NAME: refused (exit 2, one message), no OOM kill
 }
 # 4 blocks: their needs add up; no ZeRO stage fits
 refused_in_shared 4 one
-grep -Eq "the model does not fit in memory: ranks 0, 1 on $(hostname) need at least 1.52 GiB together for the fp32 model state \(parameters, gradients, adamw state of model.kind = gpt\) at parallel.zero = 0, more than the 640.00 MiB its cgroup allows \($shared/$limit_file\)" one.log \
+grep -Eq "the model does not fit in memory: ranks 0, 1 on $(hostname) need at least 1.55 GiB together for the fp32 model state \(parameters, gradients, adamw state of model.kind = gpt\) and what the layers keep for the backward of the micro-batches in flight at parallel.zero = 0, more than the 640.00 MiB its cgroup allows \($shared/$limit_file\)" one.log \
   || fail "shared cgroup: the message does not give both ranks, the figures and the limit file"
 grep -q "No ZeRO stage fits it on these ranks" one.log || fail "shared cgroup: ZeRO-3 at dp 2 (777.84 MiB together) was offered"
 # 6 blocks: each rank builds the whole model first (290.56 MiB of parameters at pp = 1), which
@@ -79,7 +81,8 @@ grep -Eq "the model \(model.vocab = 256 \(the dataset's\), model.d_model = 1024,
   || fail "shared cgroup, whole model: the message does not give the keys, the share and the limit"
 
 # ---- 2. a cgroup of 1100 MiB per rank (per-task limits): zero 0 is refused, and of the stages whose
-# model state is below the cap (12, 10, 8 bytes a parameter at dp 2: 871.7, 726.4, 581.1 MiB) zero 3
+# model state is below the cap (12, 10, 8 bytes a parameter at dp 2: 871.7, 726.4, 581.1 MiB, each
+# with 24.7 MiB of activations) zero 3
 # leaves room for the whole model each rank has built at zero 0 (zero 2 too where the libraries'
 # heap is under ~80 MiB)
 for r in 0 1; do make_group "$cgroup_root/trident_test_each_$$_$r" 1100; done
@@ -92,13 +95,37 @@ run_each 0 each.log
 rc=$?
 set -e
 refused "cgroup per rank" each.log "$rc"
-grep -q "rank 0 on $(hostname) needs at least 1.14 GiB for the fp32 model state .* more than the 1.07 GiB its cgroup allows" each.log \
+grep -q "rank 0 on $(hostname) needs at least 1.16 GiB for the fp32 model state .* more than the 1.07 GiB its cgroup allows" each.log \
   || fail "cgroup per rank: the message does not give rank 0's own need and limit"
-grep -Eq "At parallel.zero = (2 / )?3 it would be at least ([0-9.]+ MiB / )?581.12 MiB, room left for the [0-9.]+ MiB it holds already" each.log \
+grep -Eq "At parallel.zero = (2 / )?3 it would be at least ([0-9.]+ MiB / )?605.77 MiB, room left for the [0-9.]+ MiB it holds already" each.log \
   || fail "cgroup per rank: zero 3 is not the stage offered"
 
 # ---- 3. the stage offered trains under the same caps
 run_each 3 fits.log || fail "zero 3 under the caps: exit code $? ($(tail -3 fits.log))"
 grep -q '"steps": 2' runs/zero3/report.json || fail "zero 3 under the caps: no report of its 2 steps"
+for r in 0 1; do [ "$(oom_kills "$cgroup_root/trident_test_each_$$_$r")" = 0 ] || fail "rank $r was OOM-killed"; done
+
+# ---- 4. what the layers keep for the backward counts too: a GPT of d_model 64 (3.4 MiB of model
+# state a stage) at pp 2 under gpipe holds all 16 micro-batches of 64 samples a step has, at least
+# 1.16 GiB a stage (trident plan; it peaked at 1.96 GiB without the check): refused under the same
+# caps, naming the keys that shrink them; under 1f1b (2 and 1 micro-batches held) it trains there
+# (421 MiB)
+run_pipelined() {  # SCHEDULE LOG
+  "$mpiexec" -n 2 bash -c "$confine" _ "$cgroup_root/trident_test_each_$$" each "$trident" train /dev/null \
+    --set data.path=tokens.h5 --set model.kind=gpt --set model.d_model=64 --set model.heads=4 --set model.layers=8 \
+    --set model.seq_len=64 --set parallel.pp=2 --set parallel.schedule="$1" --set optim.global_batch=1024 \
+    --set optim.micro_batch=64 --set run.max_steps=1 --set run.threads=1 --set checkpoint.every_steps=0 \
+    --set run.output_dir="runs/$1" >"$2" 2>&1
+}
+set +e
+run_pipelined gpipe gpipe.log
+rc=$?
+set -e
+refused "activations under gpipe" gpipe.log "$rc"
+grep -Eq "rank [01] on $(hostname) needs at least [0-9.]+ GiB for the fp32 model state .* and what the layers keep for the backward of the micro-batches in flight at parallel.zero = 0, more than the 1.07 GiB its cgroup allows .* [0-9.]+ GiB of it is what the layers keep for the backward, which no ZeRO stage shrinks: a smaller optim.micro_batch does, as do model.recompute = true \(gpt\) and, at parallel.pp > 1, parallel.schedule = 1f1b" gpipe.log \
+  || fail "activations under gpipe: the message does not name the activations and the keys that shrink them"
+[ ! -e runs/gpipe ] || fail "activations under gpipe: the refused run left runs/gpipe behind"
+run_pipelined 1f1b 1f1b.log || fail "1f1b under the caps: exit code $? ($(tail -3 1f1b.log))"
+grep -q '"steps": 1' runs/1f1b/report.json || fail "1f1b under the caps: no report of its step"
 for r in 0 1; do [ "$(oom_kills "$cgroup_root/trident_test_each_$$_$r")" = 0 ] || fail "rank $r was OOM-killed"; done
 echo PASS
