@@ -48,9 +48,9 @@ class Communicator {
                                                    const std::vector<int64_t>& counts) = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void send(const at::Tensor& tensor, int peer, int tag) = 0;
-  // Non-blocking send: `tensor` must stay unchanged until the Work completes; the Work keeps it
-  // (or what it reads from) until then, so the caller may drop it, and dropping a completed Work
-  // frees it.
+  // Non-blocking send: `tensor` must stay unchanged until the Work completes. The caller may drop
+  // it: the backend keeps it from being freed or reused until then (MPI: the Work holds it or its
+  // host copy, until it completes; NCCL: the caching allocator's record_stream on its stream).
   virtual std::unique_ptr<Work> send_async(const at::Tensor& tensor, int peer, int tag) = 0;
   virtual void recv(at::Tensor& tensor, int peer, int tag) = 0;
   virtual void barrier() = 0;

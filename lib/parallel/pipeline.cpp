@@ -78,9 +78,10 @@ at::Tensor Pipeline::run_step(int micro_batches, int64_t micro_batch, const std:
   const auto slots = static_cast<size_t>(micro_batches * v);  // one per (micro-batch, chunk)
   std::vector<at::Tensor> inputs(slots), outputs(slots), labels(slots), losses(slots), output_grads(slots);
   std::vector<std::unique_ptr<SplitBackward>> split(slots);  // between an input and a weight gradient
-  // Sends in flight; each keeps the tensor it reads (comm::Communicator::send_async) until it
-  // completes, and is dropped then: a stage holds an activation it sent only until the peer has
-  // it, not to the step's end (1F1B's pp - stage micro-batches, whatever the step's number).
+  // Sends in flight, each keeping what it reads from being freed or reused until it completes
+  // (comm::Communicator::send_async), dropped once test() finds it complete: a stage holds what
+  // it sent only that long, not to the step's end (1F1B's pp - stage micro-batches, whatever the
+  // step's number). test() never waits: a wait here could deadlock with a neighbour sending too.
   std::vector<std::unique_ptr<comm::Work>> sends;
   const auto drop_completed_sends = [&sends] {
     sends.erase(std::remove_if(sends.begin(), sends.end(), [](const auto& s) { return s->test(); }), sends.end());

@@ -53,6 +53,17 @@ std::string host_limit_text(const MemoryLimit& limit) {
                                  : fmt::format("the {} its cgroup allows ({})", size_text(limit.bytes), limit.source);
 }
 
+// What shrinks the activations a stage of this deck holds: under gpipe (pp > 1) every micro-batch
+// of a step is held, so not the micro-batch's size but the schedule or the global batch.
+std::string what_shrinks_activations(const config::Deck& deck) {
+  std::string ways = deck.parallel.pp > 1 && deck.parallel.schedule == "gpipe"
+                         ? "parallel.schedule = 1f1b (pp - stage micro-batches in flight where gpipe holds all a step "
+                           "has), a smaller optim.global_batch"
+                         : "a smaller optim.micro_batch";
+  if (deck.model.kind == "gpt" && !deck.model.recompute) ways += " or model.recompute = true";
+  return ways;
+}
+
 }  // namespace
 
 HostShare host_memory_share(const config::Deck& deck, const Connection& conn) {
@@ -71,7 +82,8 @@ HostShare host_memory_share(const config::Deck& deck, const Connection& conn) {
 }
 
 std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self, int zero, const std::string& host,
-                             const std::string& limit_text, const std::string& needs_text) {
+                             const std::string& limit_text, const std::string& needs_text,
+                             const std::string& activation_remedy) {
   const MemoryClaim& me = claims.at(self);
   if (me.limit_bytes <= 0) return "";
   const int64_t need = needs_by_limit(claims, zero).at(me.limit_id);
@@ -87,16 +99,13 @@ std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self
   const bool one = sharing.size() == 1;
   std::string message = fmt::format(
       "the model does not fit in memory: {} on {} {} at least {}{} for {} at parallel.zero = {}, more than {} (a lower "
-      "bound: {} own memory come{} on top).",
+      "bound: {} and the libraries' own memory come on top).",
       ranks_text(sharing), host, one ? "needs" : "need", size_text(need), one ? "" : " together", needs_text, zero,
-      limit_text, activations > 0 ? "the libraries'" : "activations and the libraries'", activations > 0 ? "s" : "");
-  // Worth naming where the state alone would overdraw the limit by less than they add.
-  if (activations > need - me.limit_bytes)
-    message += fmt::format(
-        " {} of it {} what the layers keep for the backward, which no ZeRO stage shrinks: a smaller optim.micro_batch "
-        "does, as do model.recompute = true (gpt) and, at parallel.pp > 1, parallel.schedule = 1f1b (pp - stage "
-        "micro-batches in flight where gpipe holds all a step has).",
-        size_text(activations), one ? "is" : "is, together,");
+      limit_text, activations > 0 ? "the backward's gradients" : "activations");
+  // Worth naming where the state alone would overdraw the limit by no more than they add.
+  if (activations > 0 && activations >= need - me.limit_bytes && !activation_remedy.empty())
+    message += fmt::format(" {} of it {} what the layers keep for the backward, which no ZeRO stage shrinks: {} would.",
+                           size_text(activations), one ? "is" : "is, together,", activation_remedy);
   // The higher stages at which every limit of the node holds with what its ranks hold already on
   // top, with this limit's figure.
   std::string stages, figures;
@@ -147,7 +156,8 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
     limit_text = host_limit_text(limit);
     needs_text = state_text;
     mine.held_bytes = resident_anonymous_bytes();
-    // LibTorch's fp32 layers keep what the plan says (ActivationMemory, PipelineMemory); a 16-bit
+    // LibTorch's fp32 layers keep what the plan says (ActivationMemory per layer, PipelineMemory as
+    // a schedule's micro-batches grow); a 16-bit
     // run on the CPU runs autocast's layers, which the plan does not size.
     if (deck.optim.precision == "fp32") {
       activation = mine.activation_bytes = plan.held_activation_bytes(stage) + plan.recompute_bytes(stage);
@@ -165,8 +175,9 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
   const std::vector<unsigned char> gathered = comm::gather_on_node(conn.world, &mine, sizeof mine);
   std::vector<MemoryClaim> claims(static_cast<size_t>(conn.world.local_size));
   std::memcpy(claims.data(), gathered.data(), gathered.size());
-  comm::agree_or_throw(conn.world.comm, memory_shortfall(claims, static_cast<size_t>(conn.world.local_rank), plan.zero(),
-                                                         conn.world.host, limit_text, needs_text));
+  comm::agree_or_throw(conn.world.comm,
+                       memory_shortfall(claims, static_cast<size_t>(conn.world.local_rank), plan.zero(), conn.world.host,
+                                        limit_text, needs_text, what_shrinks_activations(deck)));
 }
 
 }  // namespace trident::train

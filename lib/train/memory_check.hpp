@@ -4,10 +4,11 @@
 // (exit 2) with the figures and the ZeRO stages that would fit, instead of an OOM kill or a CUDA
 // out-of-memory error minutes into the job. Only lower bounds are compared: the fp32 model state
 // the ZeRO paper counts; on the host of an fp32 run what the layers keep for the backward of the
-// micro-batches the stage holds at once (trident plan's estimate, which LibTorch's allocator
-// confirms to the byte: tests ActivationMemory, PipelineMemory), on a GPU one micro-batch of stage
-// outputs (the plan's GPU estimate waits for a run on a GPU); never the libraries' own memory. A
-// limit counts the swap its group may use.
+// micro-batches the stage holds at once (trident plan's estimate: ActivationMemory finds each
+// layer's in LibTorch's allocator reports to the byte, PipelineMemory how a stage's grows with a
+// schedule's micro-batches), on a GPU one micro-batch of stage outputs (the plan's GPU estimate
+// waits for a run on a GPU); never the backward's gradients or the libraries' own memory. A limit
+// counts the swap its group may use.
 // run.check_memory = false skips it.
 #include <array>
 #include <cstdint>
@@ -43,10 +44,13 @@ struct MemoryClaim {
 // What the ranks drawing on claims[self]'s limit lack at ZeRO stage `zero`: "" when their needs
 // add up to no more than it. Else one message: the ranks, `limit_text` (what the limit is),
 // the figures, and the higher stages at which every limit among `claims` holds with what the
-// ranks hold already on top, or that none does (more ranks, pp, a smaller model), and with
-// activations counted, the keys that shrink them. `needs_text` says what the need counts.
+// ranks hold already on top, or that none does (more ranks, pp, a smaller model). `needs_text`
+// says what the need counts; where counted activations make the difference, `activation_remedy`
+// (what would shrink them: "a smaller optim.micro_batch or model.recompute = true") follows their
+// figure.
 std::string memory_shortfall(const std::vector<MemoryClaim>& claims, size_t self, int zero, const std::string& host,
-                             const std::string& limit_text, const std::string& needs_text);
+                             const std::string& limit_text, const std::string& needs_text,
+                             const std::string& activation_remedy = "");
 
 // What a rank may hold while every rank of its node builds the same thing at once (the whole
 // model at pp = 1): its share of the host memory limit it lives under (limit / the ranks of the

@@ -108,7 +108,8 @@ for r in 0 1; do [ "$(oom_kills "$cgroup_root/trident_test_each_$$_$r")" = 0 ] |
 # ---- 4. what the layers keep for the backward counts too: a GPT of d_model 64 (3.4 MiB of model
 # state a stage) at pp 2 under gpipe holds all 16 micro-batches of 64 samples a step has, at least
 # 1.16 GiB a stage (trident plan; it peaked at 1.96 GiB without the check): refused under the same
-# caps, naming the keys that shrink them; under 1f1b (2 and 1 micro-batches held) it trains there
+# caps, naming what shrinks them (under gpipe not optim.micro_batch: a step's micro-batches hold
+# the global batch whatever their size); under 1f1b (2 and 1 micro-batches held) it trains there
 # (421 MiB)
 run_pipelined() {  # SCHEDULE LOG
   "$mpiexec" -n 2 bash -c "$confine" _ "$cgroup_root/trident_test_each_$$" each "$trident" train /dev/null \
@@ -122,7 +123,7 @@ run_pipelined gpipe gpipe.log
 rc=$?
 set -e
 refused "activations under gpipe" gpipe.log "$rc"
-grep -Eq "rank [01] on $(hostname) needs at least [0-9.]+ GiB for the fp32 model state .* and what the layers keep for the backward of the micro-batches in flight at parallel.zero = 0, more than the 1.07 GiB its cgroup allows .* [0-9.]+ GiB of it is what the layers keep for the backward, which no ZeRO stage shrinks: a smaller optim.micro_batch does, as do model.recompute = true \(gpt\) and, at parallel.pp > 1, parallel.schedule = 1f1b" gpipe.log \
+grep -Eq "rank [01] on $(hostname) needs at least [0-9.]+ GiB for the fp32 model state .* and what the layers keep for the backward of the micro-batches in flight at parallel.zero = 0, more than the 1.07 GiB its cgroup allows .* [0-9.]+ GiB of it is what the layers keep for the backward, which no ZeRO stage shrinks: parallel.schedule = 1f1b \(pp - stage micro-batches in flight where gpipe holds all a step has\), a smaller optim.global_batch or model.recompute = true would\." gpipe.log \
   || fail "activations under gpipe: the message does not name the activations and the keys that shrink them"
 [ ! -e runs/gpipe ] || fail "activations under gpipe: the refused run left runs/gpipe behind"
 run_pipelined 1f1b 1f1b.log || fail "1f1b under the caps: exit code $? ($(tail -3 1f1b.log))"

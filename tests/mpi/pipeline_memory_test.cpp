@@ -1,11 +1,12 @@
 // What a pipeline stage holds at its busiest, measured by LibTorch's allocator reports
 // (tests/saved_bytes.hpp) around one step on each of 2 ranks, at m = 4 and m = 8 micro-batches: the
-// growth is, to the byte, what trident plan's estimate of the stage's held activations
-// (Plan::held_activation_bytes) grows by, plus the batches of the micro-batches in flight. 1F1B
+// growth is what trident plan's estimate of the stage's held activations
+// (Plan::held_activation_bytes) grows by, plus the batches of the micro-batches in flight (to the
+// byte on this machine; within one input gradient, which may still be on its way). 1F1B
 // keeps at most pp - stage micro-batches between their forward and backward, so 8 need no more
 // than 4; the same for ZB-H1 (its backward split in two) and interleaved 1F1B (two chunks a rank).
-// That holds only if what a stage sent (an activation, an input gradient) is let go once the peer
-// has it: it was kept to the step's end. GPipe, every forward before the first backward, holds
+// That holds only if what a stage sent (an activation, an input gradient) is let go once its send
+// completes: it was kept to the step's end (4-12 stage outputs more here). GPipe, every forward before the first backward, holds
 // all m: the measurement must see its 4 extra micro-batches, or it sees nothing.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -102,6 +103,7 @@ TEST(PipelineMemory, StageHoldsWhatThePlanSaysForMoreMicroBatches) {
   // Besides the layers' activations (the plan's), a micro-batch in flight holds its batch: the
   // inputs on the first stage, the labels (int64) on the last.
   const int64_t batch_bytes = stage == 0 ? 4 * kMicroBatch * kFeatures : 8 * kMicroBatch;
+  const int64_t input_gradient_bytes = 4 * kMicroBatch * 2048;  // [64, 2048] fp32, every chunk's input but the model's
   std::string where = "stage " + std::to_string(stage) + ", peak bytes of a step:";
   for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "interleaved"}) {
     const parallel::Plan four = plan_of(schedule, 4, input), eight = plan_of(schedule, 8, input);
@@ -110,7 +112,10 @@ TEST(PipelineMemory, StageHoldsWhatThePlanSaysForMoreMicroBatches) {
         eight.held_activation_bytes(stage) - four.held_activation_bytes(stage) +
         (eight.micro_batches_in_flight(stage) - four.micro_batches_in_flight(stage)) * batch_bytes;
     where += " " + schedule + " m=8 less m=4 " + std::to_string(measured) + " (planned " + std::to_string(planned) + ");";
-    EXPECT_EQ(measured, planned) << schedule << " at stage " << stage;
+    // An input gradient sent is let go when a later op's test() finds its send complete: one may
+    // still be in flight at a step's peak, in one step and not the other.
+    EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(planned), static_cast<double>(input_gradient_bytes))
+        << schedule << " at stage " << stage;
     // GPipe holds all m micro-batches; the others pp - stage (interleaved: per chunk) whatever m.
     if (schedule == "gpipe") EXPECT_GT(planned, 4 * 4 * kMicroBatch * 2048) << "4 more stage outputs at least";
     else EXPECT_EQ(planned, 0) << schedule;

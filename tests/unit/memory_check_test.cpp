@@ -217,28 +217,34 @@ TEST(MemoryShortfall, NoStageFitsWithoutMoreRanks) {
   EXPECT_NE(message.find("No ZeRO stage fits it on these ranks"), std::string::npos) << message;
 }
 
-TEST(MemoryShortfall, ActivationsThatMakeTheDifferenceAreNamedWithTheKeysThatShrinkThem) {
+TEST(MemoryShortfall, ActivationsThatMakeTheDifferenceAreNamedWithWhatShrinksThem) {
   // 300 MiB of model state and 900 MiB of activations under 1000 MiB: without them it would fit.
+  // What shrinks them depends on the deck (the caller's text: under gpipe not the micro-batch).
   std::vector<MemoryClaim> claims{claim(0, 1, 1000, {1200, 1200, 1200, 1200})};
   claims[0].activation_bytes = 900 * kMiB;
-  std::string message = memory_shortfall(claims, 0, 0, "h", "L", "N");
+  std::string message = memory_shortfall(claims, 0, 0, "h", "L", "N", "SHRINK");
   EXPECT_NE(message.find("needs at least 1.17 GiB for N at parallel.zero = 0, more than L (a lower bound: the "
-                         "libraries' own memory comes on top). 900.00 MiB of it is what the layers keep for the "
-                         "backward, which no ZeRO stage shrinks: a smaller optim.micro_batch does, as do "
-                         "model.recompute = true (gpt) and, at parallel.pp > 1, parallel.schedule = 1f1b"),
+                         "backward's gradients and the libraries' own memory come on top). 900.00 MiB of it is what "
+                         "the layers keep for the backward, which no ZeRO stage shrinks: SHRINK would."),
             std::string::npos)
       << message;
+  // 200 MiB over with 200 MiB of activations: the state alone fits exactly.
+  claims[0].activation_bytes = 200 * kMiB;
+  EXPECT_NE(memory_shortfall(claims, 0, 0, "h", "L", "N", "SHRINK").find("SHRINK"), std::string::npos);
   // 1050 MiB of state alone overdraws it: the activations are not what to shrink first.
   claims[0].activation_bytes = 50 * kMiB;
   claims[0].need_bytes = {1100 * kMiB, 1100 * kMiB, 1100 * kMiB, 1100 * kMiB};
-  message = memory_shortfall(claims, 0, 0, "h", "L", "N");
-  EXPECT_NE(message.find("(a lower bound: the libraries' own memory comes on top)."), std::string::npos) << message;
+  message = memory_shortfall(claims, 0, 0, "h", "L", "N", "SHRINK");
+  EXPECT_NE(message.find("(a lower bound: the backward's gradients and the libraries' own memory come on top)."),
+            std::string::npos)
+      << message;
   EXPECT_EQ(message.find("what the layers keep"), std::string::npos) << message;
   // Not counted (a GPU, a 16-bit run on the host): they are said to come on top.
   claims[0].activation_bytes = 0;
-  message = memory_shortfall(claims, 0, 0, "h", "L", "N");
+  message = memory_shortfall(claims, 0, 0, "h", "L", "N", "SHRINK");
   EXPECT_NE(message.find("(a lower bound: activations and the libraries' own memory come on top)."), std::string::npos)
       << message;
+  EXPECT_EQ(message.find("SHRINK"), std::string::npos) << message;
 }
 
 TEST(MemoryShortfall, AnUnknownLimitIsNotChecked) {
