@@ -8,6 +8,7 @@
 #include "model/loss.hpp"
 #include "optim/precision.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "parallel/plan.hpp"
 #include "parallel/split_backward.hpp"
 
 namespace trident::parallel {
@@ -42,6 +43,19 @@ std::vector<int64_t> with_batch(int64_t n, const std::vector<int64_t>& sample_sh
   return shape;
 }
 }  // namespace
+
+std::vector<PipelineChunk> stage_chunks(const Plan& plan, int stage, const model::LayerStack& stage_model) {
+  std::vector<PipelineChunk> chunks;
+  size_t first = 0;
+  for (int c = 0; c < plan.virtual_stages(); ++c) {
+    const auto [begin, end] = plan.chunk_layers(stage, c);
+    const auto count = static_cast<size_t>(end - begin);
+    chunks.push_back({plan.virtual_stages() == 1 ? stage_model : model::slice(stage_model, first, first + count),
+                      plan.chunk_input_shape(stage, c), plan.chunk_output_shape(stage, c)});
+    first += count;
+  }
+  return chunks;
+}
 
 Pipeline::Pipeline(comm::Communicator& activations, comm::Communicator& gradients, int stage, int pp,
                    std::vector<PipelineChunk> chunks, std::string schedule)

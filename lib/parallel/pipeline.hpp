@@ -42,6 +42,12 @@ struct PipelineChunk {
   std::vector<int64_t> input_shape, output_shape;
 };
 
+class Plan;
+
+// `stage_model` (the stage's layers, chunk after chunk, as the trainer builds them) cut into the
+// plan's chunks for `stage`: the whole stack for one chunk, a slice of it for each otherwise.
+std::vector<PipelineChunk> stage_chunks(const Plan& plan, int stage, const model::LayerStack& stage_model);
+
 class Pipeline {
  public:
   // `chunks`: this rank's, in order (one but for the interleaved schedule). Activations travel on `activations` (stage s -> s + 1) and gradients on `gradients`

@@ -271,17 +271,9 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn, bool we
                                       "from the one a single node would build"
                                     : "this rank's were broadcast to them");
   }
-  std::vector<parallel::PipelineChunk> chunks;
-  size_t first = 0;
-  for (int c = 0; c < st.plan->virtual_stages(); ++c) {
-    const auto [begin, end] = st.plan->chunk_layers(stage, c);
-    const size_t count = static_cast<size_t>(end - begin);
-    chunks.push_back({st.plan->virtual_stages() == 1 ? st.model : model::slice(st.model, first, first + count),
-                      st.plan->chunk_input_shape(stage, c), st.plan->chunk_output_shape(stage, c)});
-    first += count;
-  }
   comm::Communicator& gradients = conn.pp_gradient_comm ? *conn.pp_gradient_comm : *conn.pp_comm;
-  st.pipeline = std::make_unique<parallel::Pipeline>(*conn.pp_comm, gradients, stage, st.plan->pp(), std::move(chunks),
+  st.pipeline = std::make_unique<parallel::Pipeline>(*conn.pp_comm, gradients, stage, st.plan->pp(),
+                                                     parallel::stage_chunks(*st.plan, stage, st.model),
                                                      deck.parallel.schedule);
 
   // The parameters go to the device through the flat buffer, one tensor at a time, never as a

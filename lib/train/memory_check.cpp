@@ -157,8 +157,8 @@ void check_memory_fits(const config::Deck& deck, const Connection& conn, const p
     needs_text = state_text;
     mine.held_bytes = resident_anonymous_bytes();
     // LibTorch's fp32 layers keep what the plan says (ActivationMemory per layer, PipelineMemory as
-    // a schedule's micro-batches grow); a 16-bit
-    // run on the CPU runs autocast's layers, which the plan does not size.
+    // a schedule's micro-batches grow); a 16-bit run on the CPU runs autocast's layers, which the
+    // plan does not size.
     if (deck.optim.precision == "fp32") {
       activation = mine.activation_bytes = plan.held_activation_bytes(stage) + plan.recompute_bytes(stage);
       needs_text += " and what the layers keep for the backward of the micro-batches in flight";

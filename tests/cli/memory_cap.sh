@@ -4,8 +4,9 @@
 # message with the figures, the cgroup's limit file and the ZeRO stages that would fit, nothing
 # written, no OOM kill), that a whole model (pp = 1) the ranks cannot even build is refused while
 # they build it, and the stage it offers trains under the same caps; the same for a pipeline whose
-# schedule holds more activations than the caps allow (gpipe), and the schedule it names (1f1b). Needs root and a writable cgroup
-# memory controller (v1 or v2); without one it says so and is skipped (exit 77).
+# schedule holds more activations than the caps allow (gpipe), and the schedule it names (1f1b).
+# Needs root and a writable cgroup memory controller (v1 or v2); without one it says so and is
+# skipped (exit 77).
 source "$(dirname "$0")/common.sh" "$1" "$2" 64
 # On failure, the end of each run's log too (the caps sit close to what the runs need).
 fail() {

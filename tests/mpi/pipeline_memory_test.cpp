@@ -59,19 +59,10 @@ int64_t step_peak_bytes(const parallel::Plan& plan, const model::InputSpec& inpu
   const int stage = world_rank();
   torch::manual_seed(1);
   model::LayerStack mine = model::build_layers(mlp_deck(), input, plan.stage_layer_indices(stage));
-  std::vector<parallel::PipelineChunk> chunks;
-  size_t first = 0;
-  for (int c = 0; c < plan.virtual_stages(); ++c) {
-    const auto [begin, end] = plan.chunk_layers(stage, c);
-    const auto count = static_cast<size_t>(end - begin);
-    chunks.push_back({plan.virtual_stages() == 1 ? mine : model::slice(mine, first, first + count),
-                      plan.chunk_input_shape(stage, c), plan.chunk_output_shape(stage, c)});
-    first += count;
-  }
   optim::FlatParams flat(*mine, torch::kCPU);
   comm::MpiCommunicator alone(MPI_COMM_SELF), pipe(MPI_COMM_WORLD);
   const std::unique_ptr<parallel::GradSync> sync = parallel::make_ddp(flat, alone, 25.0);
-  parallel::Pipeline pipeline(pipe, pipe, stage, 2, std::move(chunks), plan.schedule());
+  parallel::Pipeline pipeline(pipe, pipe, stage, 2, parallel::stage_chunks(plan, stage, mine), plan.schedule());
   const auto next_batch = [] {
     return data::MicroBatch{torch::randn({kMicroBatch, kFeatures}), torch::randint(10, {kMicroBatch})};
   };
