@@ -8,11 +8,10 @@
 
 #include <cstdio>
 
+#include "../every_test_skipped.hpp"
 #include "comm/world.hpp"
 
 namespace trident::test_support {
-
-inline constexpr int kEveryTestSkipped = 77;  // SKIP_RETURN_CODE in cmake/TridentMpiTest.cmake
 
 inline int run_all_tests_over_mpi() {
   int rank = 0;
@@ -26,14 +25,7 @@ inline int run_all_tests_over_mpi() {
   int any = 0;
   MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (local != 0 && rank != 0) std::fprintf(stderr, "rank %d: tests failed\n", rank);
-  // Every test skipped (a rank count or a LibTorch the suite does not run at): exit 77, which
-  // CTest reports as skipped (SKIP_RETURN_CODE), not as a pass that checked nothing.
-  const auto& unit = *::testing::UnitTest::GetInstance();
-  if (any == 0 && unit.test_to_run_count() > 0 && unit.skipped_test_count() == unit.test_to_run_count()) {
-    if (rank == 0) std::fprintf(stderr, "every test skipped: reported to CTest as skipped (exit 77)\n");
-    return kEveryTestSkipped;
-  }
-  return any;
+  return exit_code_unless_every_test_skipped(any == 0, any, rank == 0);
 }
 
 }  // namespace trident::test_support
