@@ -45,8 +45,8 @@ struct LayerWriter {
 // tensor by tensor as their forwards in mlp.cpp, cnn.cpp, gpt.cpp and loss.cpp keep them (the
 // ActivationMemory tests count the bytes allocated on the CPU, and on a GPU):
 //   fp32: LibTorch's layers; the attention is scaled_dot_product_attention, which keeps its output
-//         and a log-sum-exp per head and token, not the T x T probabilities (LibTorch 1.13's
-//         explicit attention on the CPU keeps those too);
+//         and a log-sum-exp per head and token, not the T x T probabilities, or (AttentionKeeps::
+//         kProbabilities) LibTorch 1.x's explicit attention on the host, which keeps those;
 //   bf16 / fp16: the GPT's fused layers (gpt.cpp): 16-bit activations around an fp32 residual
 //         stream, and each matrix product's weight cast to 16 bits once per micro-batch. The mlp
 //         and cnn (autocast) at their fp32 sizes.
@@ -107,7 +107,7 @@ std::vector<LayerInfo> describe_cnn(const config::Deck& deck, const InputSpec& i
 
 // gpt.cpp's build_gpt: embed (token and position tables), model.layers pre-LN blocks, head
 // (a LayerNorm and an untied linear without bias to the vocabulary).
-std::vector<LayerInfo> describe_gpt(const config::Deck& deck, const InputSpec& input) {
+std::vector<LayerInfo> describe_gpt(const config::Deck& deck, const InputSpec& input, AttentionKeeps attention) {
   const auto& m = deck.model;
   const int64_t vocab = input.classes, d = m.d_model, t = input.sample_shape.at(0), heads = m.heads;
   const bool half = sixteen_bit(deck);
@@ -130,12 +130,16 @@ std::vector<LayerInfo> describe_gpt(const config::Deck& deck, const InputSpec& i
     if (half) {
       // 16-bit: LayerNorm outputs d + d, q k v 3d, the attention's output d, the MLP's GELU input
       // and output 4d + 4d; fp32: the stream after the attention d and the block's output d. Its
-      // four matrices' 16-bit copies, 12 d^2 weights.
+      // four matrices' 16-bit copies, 12 d^2 weights. (The host's autocast layers are not sized.)
       block.keeps(t * (2 * 14 * d + 4 * 2 * d + per_token), 2 * 12 * d * d);
-    } else {
+    } else if (attention == AttentionKeeps::kLogSumExp) {
       // fp32: LayerNorm outputs d + d, q k v 3d, the attention's output d, the stream after the
       // attention d, the MLP's hidden layer before and after GELU 4d + 4d, the block's output d.
       block.keeps(t * (4 * 16 * d + per_token));
+    } else {
+      // The same, with the explicit attention's fp32 probabilities, heads x T x T a sample, in place
+      // of the log-sum-exp, and its causal mask, T x T bools for the micro-batch.
+      block.keeps(t * (4 * 16 * d + 16) + 4 * heads * t * t, t * t);
     }
     if (m.recompute) {  // its input kept, by the layer before; its output alone is new
       block.info.saved = {4 * t * d, 0};
@@ -207,14 +211,14 @@ std::string model_size_keys(const config::Deck& deck, const InputSpec& input) {
   return "model.kind = " + deck.model.kind;
 }
 
-std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input) {
+std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input, AttentionKeeps attention) {
   std::vector<LayerInfo> layers;
   if (deck.model.kind == "mlp") {
     layers = describe_mlp(deck, input);
   } else if (deck.model.kind == "cnn") {
     layers = describe_cnn(deck, input);
   } else if (deck.model.kind == "gpt") {
-    layers = describe_gpt(deck, input);
+    layers = describe_gpt(deck, input, attention);
   } else {
     fatal_all("model.kind: unknown model '" + deck.model.kind + "'");
   }

@@ -16,10 +16,19 @@
 
 namespace trident::model {
 
+// What a GPT's attention keeps for its backward, which depends on the LibTorch a run has and where
+// it runs (model::attention_on_host() in gpt.hpp says it for the host): LibTorch 2.x's
+// scaled_dot_product_attention, on every GPU and on the host, keeps its output and a log-sum-exp
+// per head and token; LibTorch 1.x's explicit softmax(q k^T / sqrt(d)) v keeps the T x T
+// probabilities of every head (4 H T^2 bytes a sample in fp32, most of a block's at long
+// sequences) and the causal mask.
+enum class AttentionKeeps { kLogSumExp, kProbabilities };
+
 // The model named by model.kind. Bad input (exit 2 on every rank) where its builder would refuse
 // the input (a cnn on samples that are not C x H x W images of at least 4x4), and where its
 // parameters number more than an int64 holds (no host could build it).
-std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input);
+std::vector<LayerInfo> describe_model(const config::Deck& deck, const InputSpec& input,
+                                      AttentionKeeps attention = AttentionKeeps::kLogSumExp);
 
 // The deck keys that size the model, for a message ("model.hidden = 300,7").
 std::string model_size_keys(const config::Deck& deck, const InputSpec& input);

@@ -46,6 +46,10 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 #endif
 }
 
+AttentionKeeps attention_on_host() {
+  return TORCH_VERSION_MAJOR >= 2 ? AttentionKeeps::kLogSumExp : AttentionKeeps::kProbabilities;
+}
+
 double gpt_flops_per_token(int64_t matmul_parameters, int64_t layers, int64_t seq_len, int64_t d_model) {
   return 6.0 * static_cast<double>(matmul_parameters) +
          12.0 * static_cast<double>(layers) * static_cast<double>(seq_len) * static_cast<double>(d_model);

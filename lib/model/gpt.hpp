@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "model/describe_model.hpp"
+
 namespace trident::model {
 
 // Causal self-attention of q, k, v [batch, heads, T, head_dim] -> [batch, heads, T, head_dim]:
@@ -13,6 +15,9 @@ namespace trident::model {
 // the explicit version on 1.13, which lacks it.
 at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// What `causal_attention` keeps for the backward on the host with the LibTorch trident is built
+// against (model/describe_model.hpp); on a GPU (LibTorch 2.x) it is always the log-sum-exp.
+AttentionKeeps attention_on_host();
 
 // x W^T + b (fp32 weight and bias) as the GPT's blocks run it: through at::linear, not
 // torch::nn::Linear's forward, whose functional form multiplies and then adds the bias in place

@@ -10,6 +10,7 @@
 #include "core/torch_error.hpp"
 #include "core/log.hpp"
 #include "core/memory_limit.hpp"
+#include "model/gpt.hpp"
 #include "model/layer_timing.hpp"
 #include "model/model.hpp"
 #include "parallel/element_partition.hpp"
@@ -206,6 +207,10 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn, bool we
   torch::manual_seed(seed);
   model::LayerStack whole{nullptr};
   std::vector<model::LayerInfo> layers;
+  // What the plan counts for the attention's backward (the memory check's figure): as this run's
+  // attention keeps it.
+  const model::AttentionKeeps attention =
+      conn.cuda_index >= 0 ? model::AttentionKeeps::kLogSumExp : model::attention_on_host();
   if (deck.parallel.pp == 1 && !partitioned) {
     {
       // The ranks of a node build the whole model at once: a build past their memory limit is
@@ -219,10 +224,10 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn, bool we
       whole = agreed(conn, [&] { return model::build(deck, input, draw); });
     }
     // The description, checked against what was built, carries the plan's estimates too.
-    layers = model::describe_model(deck, input);
+    layers = model::describe_model(deck, input, attention);
     check_built_as_described(model::describe_layers(whole, input), layers);
   } else {
-    layers = agreed(conn, [&] { return model::describe_model(deck, input); });
+    layers = agreed(conn, [&] { return model::describe_model(deck, input, attention); });
     if (deck.parallel.pp > 1 && deck.parallel.balance == "time" && deck.parallel.boundaries.empty())
       measure_layer_times(deck, conn, input, layers);
   }
