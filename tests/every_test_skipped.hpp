@@ -1,7 +1,7 @@
 #pragma once
 // The exit code of a gtest main whose tests all skipped (a LibTorch or a rank count the suite does
 // not run at): 77, which CTest reports as skipped (SKIP_RETURN_CODE in cmake/TridentMpiTest.cmake
-// and cmake/TridentGtestSuites.cmake), not as a pass that checked nothing.
+// and cmake/TridentGtestSuitesList.cmake), not as a pass that checked nothing.
 #include <gtest/gtest.h>
 
 #include <cstdio>

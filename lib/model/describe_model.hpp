@@ -16,12 +16,13 @@
 
 namespace trident::model {
 
-// What a GPT's attention keeps for its backward, which depends on the LibTorch a run has and where
-// it runs (model::attention_on_host() in gpt.hpp says it for the host): LibTorch 2.x's
-// scaled_dot_product_attention, on every GPU and on the host, keeps its output and a log-sum-exp
-// per head and token; LibTorch 1.x's explicit softmax(q k^T / sqrt(d)) v keeps the T x T
-// probabilities of every head (4 H T^2 bytes a sample in fp32, most of a block's at long
-// sequences) and the causal mask.
+// What a GPT's attention keeps for its backward, which depends on the LibTorch trident is built
+// against (model::attention_keeps() in gpt.hpp): LibTorch 2.x's scaled_dot_product_attention keeps
+// its output and a log-sum-exp per head and token (its flash and memory-efficient kernels on a GPU,
+// its flash kernel on the CPU in 2.11); LibTorch 1.x's explicit softmax(q k^T / sqrt(d)) v keeps
+// the T x T probabilities of every head (4 H T^2 bytes a sample in fp32, most of a block's at long
+// sequences) and the causal mask. The default, kLogSumExp, is a GPU's with LibTorch 2.x: what
+// `trident plan` (no LibTorch) estimates for.
 enum class AttentionKeeps { kLogSumExp, kProbabilities };
 
 // The model named by model.kind. Bad input (exit 2 on every rank) where its builder would refuse

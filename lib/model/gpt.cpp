@@ -46,7 +46,7 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 #endif
 }
 
-AttentionKeeps attention_on_host() {
+AttentionKeeps attention_keeps() {
   return TORCH_VERSION_MAJOR >= 2 ? AttentionKeeps::kLogSumExp : AttentionKeeps::kProbabilities;
 }
 

@@ -15,9 +15,9 @@ namespace trident::model {
 // the explicit version on 1.13, which lacks it.
 at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
-// What `causal_attention` keeps for the backward on the host with the LibTorch trident is built
-// against (model/describe_model.hpp); on a GPU (LibTorch 2.x) it is always the log-sum-exp.
-AttentionKeeps attention_on_host();
+// What `causal_attention` keeps for the backward with the LibTorch trident is built against, on
+// any device (model/describe_model.hpp).
+AttentionKeeps attention_keeps();
 
 // x W^T + b (fp32 weight and bias) as the GPT's blocks run it: through at::linear, not
 // torch::nn::Linear's forward, whose functional form multiplies and then adds the bias in place

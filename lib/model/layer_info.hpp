@@ -33,10 +33,11 @@ struct LayerInfo {
   std::vector<int64_t> output_shape;   // one sample leaving the layer
   // Forward + backward of one micro-batch, measured (parallel.balance = time); 0 = not measured.
   double seconds = 0;
-  // What its forward keeps for the backward on a GPU, estimated by describe_model (zero in a built
-  // layer's description): `saved` as the layer runs, `stored` were it not recomputed. They differ
-  // for a layer model.recompute runs again in its backward: it keeps its output alone, and its
-  // stored set is live again while that backward recomputes it.
+  // What its forward keeps for the backward, estimated by describe_model for the attention the
+  // build runs (AttentionKeeps; zero in a built layer's description): `saved` as the layer runs,
+  // `stored` were it not recomputed. They differ for a layer model.recompute runs again in its
+  // backward: it keeps its output alone, and its stored set is live again while that backward
+  // recomputes it.
   SavedBytes saved, stored;
   bool recomputed = false;
   int64_t parameter_count() const {

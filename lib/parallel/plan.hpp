@@ -85,8 +85,9 @@ class Plan {
   // fp32 bytes of a stage's outputs (every chunk's) for one micro-batch: what its pipeline
   // neighbour receives, and the least it keeps from forward to backward.
   int64_t output_bytes(int stage) const;
-  // What a stage's layers keep from the forward of one micro-batch to its backward on a GPU,
-  // estimated (LayerInfo::saved, outputs included): `saved_bytes` as they run, `stored_bytes`
+  // What a stage's layers keep from the forward of one micro-batch to its backward, estimated
+  // (LayerInfo::saved, outputs included; `trident plan`'s as on a GPU, the trainer's for the
+  // attention its LibTorch runs): `saved_bytes` as they run, `stored_bytes`
   // were none of them recomputed. `recompute_bytes`: the largest stored set of its recomputed
   // layers (model.recompute), live again while that layer's backward recomputes it; 0 for none.
   int64_t saved_bytes(int stage) const;

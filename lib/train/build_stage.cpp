@@ -207,10 +207,9 @@ StageParts build_stage(const config::Deck& deck, const Connection& conn, bool we
   torch::manual_seed(seed);
   model::LayerStack whole{nullptr};
   std::vector<model::LayerInfo> layers;
-  // What the plan counts for the attention's backward (the memory check's figure): as this run's
+  // What the plan counts for the attention's backward (the memory check's figure): as this build's
   // attention keeps it.
-  const model::AttentionKeeps attention =
-      conn.cuda_index >= 0 ? model::AttentionKeeps::kLogSumExp : model::attention_on_host();
+  const model::AttentionKeeps attention = model::attention_keeps();
   if (deck.parallel.pp == 1 && !partitioned) {
     {
       // The ranks of a node build the whole model at once: a build past their memory limit is

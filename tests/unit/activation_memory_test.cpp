@@ -4,7 +4,6 @@
 // shapes, model.recompute. (bf16 / fp16 GPT: GpuMemory.* in tests/gpu, on a GPU.)
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <string>
 #include <tuple>
@@ -30,9 +29,9 @@ config::Deck gpt(int64_t layers, int64_t heads, int64_t d, int64_t seq) {
 }
 
 // The described bytes of every layer against the measured ones, exactly, with the attention this
-// build's LibTorch runs on the host (LibTorch 1.x: explicit, keeping the probabilities).
+// build's LibTorch runs (LibTorch 1.x: explicit, keeping the probabilities).
 void expect_described_is_measured(const config::Deck& deck, const model::InputSpec& input, int64_t micro_batch) {
-  const std::vector<model::LayerInfo> described = model::describe_model(deck, input, model::attention_on_host());
+  const std::vector<model::LayerInfo> described = model::describe_model(deck, input, model::attention_keeps());
   const std::vector<int64_t> measured = measure::measured_saved_bytes(deck, input, micro_batch, torch::kCPU);
   ASSERT_EQ(measured.size(), described.size());
   for (size_t l = 0; l < described.size(); ++l)
@@ -45,8 +44,6 @@ void expect_described_is_measured(const config::Deck& deck, const model::InputSp
 TEST(ActivationMemory, DescribedSavedBytesAreWhatTheLayersKeep) {
   // LibTorch 1.13 (the CPU build) runs the explicit attention here, LibTorch 2.x (the CUDA
   // flavour, on the CPU) scaled_dot_product_attention: each build measures its own.
-  EXPECT_EQ(model::attention_on_host(), TORCH_VERSION_MAJOR >= 2 ? model::AttentionKeeps::kLogSumExp
-                                                                 : model::AttentionKeeps::kProbabilities);
   for (const auto& [layers, heads, d, seq, t, vocab, b] : std::vector<std::tuple<int, int, int, int, int64_t, int64_t, int64_t>>{
            {2, 4, 64, 32, 32, 96, 3}, {1, 3, 48, 40, 17, 257, 2}, {2, 8, 64, 16, 16, 50, 1}}) {
     const config::Deck deck = gpt(layers, heads, d, seq);
