@@ -87,9 +87,9 @@ class Plan {
   int64_t output_bytes(int stage) const;
   // What a stage's layers keep from the forward of one micro-batch to its backward, estimated
   // (LayerInfo::saved, outputs included; `trident plan`'s as on a GPU, the trainer's for the
-  // attention its LibTorch runs): `saved_bytes` as they run, `stored_bytes`
-  // were none of them recomputed. `recompute_bytes`: the largest stored set of its recomputed
-  // layers (model.recompute), live again while that layer's backward recomputes it; 0 for none.
+  // attention its LibTorch runs): `saved_bytes` as they run, `stored_bytes` were none of them
+  // recomputed. `recompute_bytes`: the largest stored set of its recomputed layers
+  // (model.recompute), live again while that layer's backward recomputes it; 0 for none.
   int64_t saved_bytes(int stage) const;
   int64_t stored_bytes(int stage) const;
   int64_t recompute_bytes(int stage) const;
