@@ -2,8 +2,8 @@
 # The unit and MPI tests (np 1, 2) built with AddressSanitizer + UndefinedBehaviorSanitizer
 # (CMake preset "asan", folder build-asan), and asan_leak_canary (a leaked tensor is reported).
 # -O1 -g1, as ASan's authors advise: line tables give the reports their file:line, and the build
-# takes half as long as with -O2 -g (9 minutes instead of 17.5 on 2 cores, 2026-11-27; 3.5 minutes
-# since the presets' unity build, 2026-12-02).
+# takes half as long as with -O2 -g (9 minutes instead of 17.5 on 2 cores, 2026-11-27). File by
+# file, not a unity build (CMakePresets.json): CI compiles each file alone here.
 # tests/sanitizers.supp suppresses nothing (documented there): any leak fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
