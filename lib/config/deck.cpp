@@ -396,6 +396,8 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
   if (d.run.max_steps == 0) at_least("run.epochs", static_cast<double>(d.run.epochs), 1);
   else at_least("run.epochs", static_cast<double>(d.run.epochs), 0);
   at_least("run.log_every", static_cast<double>(d.run.log_every), 1);
+  at_least("run.eval_every_steps", static_cast<double>(d.run.eval_every_steps), 0);
+  at_least("run.eval_samples", static_cast<double>(d.run.eval_samples), 0);
   at_least("run.threads", static_cast<double>(d.run.threads), 0);
   if (d.run.threads > kMaxThreads)  // 100000 spent minutes creating threads before the first step
     fail("run.threads", fmt::format("{} is out of range (at most {}; 0 = the CPUs the rank may run on)", d.run.threads, kMaxThreads));

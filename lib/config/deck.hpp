@@ -13,11 +13,15 @@
 #define TRIDENT_DECK_RUN(X)                                                                     \
   X(run, name, std::string, "trident", "name of the run (not . or ..); ${name} in output_dir expands to it") \
   X(run, output_dir, std::string, "runs/${name}",                                               \
-    "where report.json, metrics.jsonl, goodput.jsonl and checkpoints/ go (relative to the working directory; ${name} is its one variable: no $VAR, no ~)") \
+    "where report.json, metrics.jsonl, evaluations.jsonl, goodput.jsonl and checkpoints/ go (relative to the working directory; ${name} is its one variable: no $VAR, no ~)") \
   X(run, seed, int64_t, 1234, "seed of the model initialisation and the data order (>= 0)")            \
   X(run, epochs, int64_t, 2, "passes over the training split (>= 1; ignored when max_steps > 0)")     \
   X(run, max_steps, int64_t, 0, "optimizer steps to run (>= 0); 0 = epochs x steps per epoch")         \
   X(run, log_every, int64_t, 50, "steps between progress lines and metrics.jsonl records (>= 1)")      \
+  X(run, eval_every_steps, int64_t, 0,                                                         \
+    "steps between evaluations of the test split (>= 0) besides the one after each epoch, e.g. for a token model trained by max_steps within one epoch; 0 = after each epoch only. Each evaluation is a progress line and a record in evaluations.jsonl") \
+  X(run, eval_samples, int64_t, 0,                                                             \
+    "run.eval_every_steps' evaluations: the test split's first N samples (>= 0; at most its size); 0 = all of it. The evaluations after each epoch (the last one's is report.json's final) take the whole split") \
   X(run, device, std::string, "auto", "auto | cpu | cuda (auto: cuda when this build and the node have GPUs)") \
   X(run, threads, int64_t, 0, "intra-op threads per rank (at most 1024); 0 = the CPUs the rank may run on (its affinity: --cpus-per-task, -bind-to, taskset), each shared equally among the node's ranks that may run on it") \
   X(run, fail_timeout_s, double, 30.0,                                                          \

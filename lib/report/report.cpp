@@ -409,7 +409,7 @@ ReadReport read_report_json(const std::string& path) {
 
 namespace {
 
-// The step of a metrics.jsonl line, or nullopt when it is not a whole record (a kill cut it short).
+// The step of a record line (metrics.jsonl, evaluations.jsonl), or nullopt when it is not a whole record (a kill cut it short).
 std::optional<int64_t> record_step(const std::string& line) {
   const json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return std::nullopt;
@@ -479,27 +479,42 @@ void keep_records_up_to(const std::string& path, int64_t last) {
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& path, int64_t resumed_from) : path_(path) {
+RecordLog::RecordLog(const std::string& path, int64_t resumed_from) : path_(path) {
   if (resumed_from > 0) keep_records_up_to(path, resumed_from);
   file_ = std::fopen(path.c_str(), resumed_from > 0 ? "a" : "w");
   if (!file_) fatal_one(fmt::format("cannot create {} ({})", path, std::strerror(errno)));
 }
 
-MetricsLog::~MetricsLog() {
+RecordLog::~RecordLog() {
   if (file_) std::fclose(file_);
 }
 
-void MetricsLog::write(const MetricsRecord& m) {
+void RecordLog::write_line(const std::string& line, int64_t step) {
   if (!file_) return;
+  const bool written = std::fprintf(file_, "%s\n", line.c_str()) > 0 && std::fflush(file_) == 0;
+  if (!written && !warned_) {
+    warned_ = true;
+    log::warn("{}: a record of step {} could not be written ({}); training goes on", path_, step, std::strerror(errno));
+  }
+}
+
+void MetricsLog::write(const MetricsRecord& m) {
   json line = {{"step", m.step}, {"epoch", m.epoch}, {"loss", m.loss},
                {"lr", m.lr},     {"samples_per_s", m.samples_per_s}, {"grad_norm", m.grad_norm}};
   if (m.loss_scale) line["loss_scale"] = *m.loss_scale;
   if (m.skipped_steps) line["skipped_steps"] = *m.skipped_steps;
-  const bool written = std::fprintf(file_, "%s\n", line.dump().c_str()) > 0 && std::fflush(file_) == 0;
-  if (!written && !warned_) {
-    warned_ = true;
-    log::warn("{}: a record of step {} could not be written ({}); training goes on", path_, m.step, std::strerror(errno));
-  }
+  write_line(line.dump(), m.step);
+}
+
+void EvaluationLog::write(const EvaluationRecord& e) {
+  const json line = {{"step", e.step},
+                     {"epoch", e.epoch},
+                     {"test_loss", e.test_loss},
+                     {"test_accuracy", e.test_accuracy},
+                     {"samples", e.samples},
+                     {"seconds", e.seconds},
+                     {"end_of_epoch", e.end_of_epoch}};
+  write_line(line.dump(), e.step);
 }
 
 int64_t peak_rss_bytes() {

@@ -131,23 +131,49 @@ struct MetricsRecord {
   std::optional<int64_t> skipped_steps;        // fp16 only: steps skipped on overflow so far
 };
 
-// Appends one JSON object per line; flushed per record so a killed run keeps what it logged.
-class MetricsLog {
+// A JSON-lines file of step records (rank 0's); flushed per record so a killed run keeps what it
+// logged.
+class RecordLog {
  public:
-  MetricsLog() = default;
+  RecordLog() = default;
   // A run resumed from step `resumed_from` > 0 continues the file, without the records of later
   // steps an earlier run logged after that checkpoint (it was killed: they are not this run's
   // history, and the resumed run logs those steps again); 0 starts it anew.
-  MetricsLog(const std::string& path, int64_t resumed_from);
-  ~MetricsLog();
-  MetricsLog(const MetricsLog&) = delete;
-  MetricsLog& operator=(const MetricsLog&) = delete;
-  void write(const MetricsRecord& record);
+  RecordLog(const std::string& path, int64_t resumed_from);
+  ~RecordLog();
+  RecordLog(const RecordLog&) = delete;
+  RecordLog& operator=(const RecordLog&) = delete;
+
+ protected:
+  void write_line(const std::string& line, int64_t step);
 
  private:
   std::FILE* file_ = nullptr;
   std::string path_;
   bool warned_ = false;  // a failed write is said once
+};
+
+// metrics.jsonl: a record every run.log_every steps.
+class MetricsLog : public RecordLog {
+ public:
+  using RecordLog::RecordLog;
+  void write(const MetricsRecord& record);
+};
+
+// One evaluation of the test split: after an epoch, or every run.eval_every_steps steps.
+struct EvaluationRecord {
+  int64_t step = 0, epoch = 0;
+  double test_loss = 0, test_accuracy = 0;
+  int64_t samples = 0;         // of the test split (run.eval_samples within an epoch)
+  double seconds = 0;          // the evaluation's time on rank 0
+  bool end_of_epoch = false;   // the evaluation after an epoch (the last one's is report.json's final figures)
+};
+
+// evaluations.jsonl: a record per evaluation.
+class EvaluationLog : public RecordLog {
+ public:
+  using RecordLog::RecordLog;
+  void write(const EvaluationRecord& record);
 };
 
 // Peak resident set size of this process in bytes.

@@ -121,6 +121,7 @@ std::string checkpoints_problem(const std::string& dir, bool locked) {
 std::string unusable_entry(const std::string& dir, bool locked) {
   const std::pair<const char*, fs::file_type> expected[] = {{"checkpoints", fs::file_type::directory},
                                                             {"metrics.jsonl", fs::file_type::regular},
+                                                            {"evaluations.jsonl", fs::file_type::regular},
                                                             {"report.json", fs::file_type::regular},
                                                             {"goodput.jsonl", fs::file_type::regular}};
   for (const auto& [name, type] : expected) {

@@ -120,6 +120,7 @@ struct Evaluation {
   double loss = 0, accuracy = 0;
   bool stopped = false;  // a stop signal came during it: left unfinished, no figures
   double longest_unchecked_s = 0;  // the longest stretch between its checks for a signal
+  int64_t samples = 0;  // of the test split, evaluated
 };
 
 // Fault injection for the tests: when `variable` is set to N, `what` takes N ms more, and says so
@@ -145,7 +146,9 @@ int64_t evaluation_chunk(const Trainer::State& s) { return s.stage.plan->micro_b
 // `stop_on_signal`: a stop signal ends the evaluation early (Evaluation::stopped), so that a
 // job's signal lead need not cover a whole evaluation. The ranks agree on it every so many chunks
 // (a small all-reduce: under a pipeline each one drains the stages, so 32 at most).
-Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, bool stop_on_signal = false) {
+// `samples` > 0: the split's first that many (run.eval_samples), else all of it.
+Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, bool stop_on_signal = false,
+                               int64_t samples = 0) {
   // ZeRO-3 gathers every layer for the evaluation's forwards too: that communication is the
   // evaluation's time, not training's (report.json comm_exposed, zero3_gathers).
   const auto& sync = *s.stage.grad_sync;
@@ -157,7 +160,7 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, boo
   // shares differ by one sample where the split does not divide by dp; every replica still runs
   // the same number of chunks (ZeRO-3 gathers each layer over the dp group in every forward), as
   // many as the smallest share needs: a chunk of a larger share holds at most one sample more.
-  const int64_t total = s.stage.test_split->size();
+  const int64_t total = samples > 0 ? std::min(samples, s.stage.test_split->size()) : s.stage.test_split->size();
   const int dp = s.conn.topology->dp();
   const auto share = data::even_share(total, s.conn.topology->dp_rank(), dp);
   const int64_t chunk = chunk_samples > 0 ? chunk_samples : evaluation_chunk(s);
@@ -197,8 +200,8 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, boo
   // Only last stages hold results: the sum over the world is the sum over replicas.
   auto totals = torch::tensor({loss_sum, correct}, torch::kDouble);
   s.conn.world_comm->all_reduce_sum(totals);
-  const double n = static_cast<double>(s.stage.test_split->size() * s.stage.test_split->targets_per_sample());
-  return {totals[0].item<double>() / n, totals[1].item<double>() / n, false, longest_unchecked_s};
+  const double n = static_cast<double>(total * s.stage.test_split->targets_per_sample());
+  return {totals[0].item<double>() / n, totals[1].item<double>() / n, false, longest_unchecked_s, total};
 }
 
 // Whether the fault-injection variable `name` (RANK:STEP) names this rank and step boundary.
@@ -250,7 +253,7 @@ void startup_fault_if_asked(int rank) {
 // adds to it, its earlier lifetimes' steps counted as lost.)
 void say_what_a_fresh_start_replaces(const std::string& dir, bool new_run) {
   std::vector<std::string> replaced;
-  for (const char* name : {"metrics.jsonl", "goodput.jsonl"})
+  for (const char* name : {"metrics.jsonl", "evaluations.jsonl", "goodput.jsonl"})
     if (std::filesystem::exists(dir + "/" + name) && (new_run || name != std::string("goodput.jsonl")))
       replaced.push_back(name);
   if (!replaced.empty())
@@ -409,6 +412,10 @@ void log_layout(const Trainer::State& s) {
               warmup, steps - warmup, steps, last_lr, deck.optim.min_lr);
   if (deck.parallel.schedule == "zb-h1" && topo.pp() == 1)
     log::info("note: parallel.schedule = zb-h1 at pp 1 has no pipeline bubble for its split backward to fill");
+  if (deck.run.eval_samples > 0 && deck.run.eval_every_steps == 0)
+    log::info("note: run.eval_samples = {} is for run.eval_every_steps' evaluations, and there are none (0): the "
+              "evaluations after each epoch take the whole test split",
+              deck.run.eval_samples);
   log::info("resolved deck:\n{}", config::deck_to_ini(deck));
   for (const auto& note : deck.notes) log::info("note: {}", note);
 }
@@ -515,16 +522,28 @@ class ProgressLog {
  public:
   ProgressLog(const Trainer::State& s, Result& result) : s_(s), result_(result) {
     // A run resumed at its last step trains nothing and writes no records (already_trained).
-    if (s.conn.world.rank == 0 && s.restored.start_step < s.stage.total_steps)
+    if (s.conn.world.rank == 0 && s.restored.start_step < s.stage.total_steps) {
       metrics_ = std::make_unique<report::MetricsLog>(s.deck.run.output_dir + "/metrics.jsonl", s.restored.start_step);
+      evaluations_ =
+          std::make_unique<report::EvaluationLog>(s.deck.run.output_dir + "/evaluations.jsonl", s.restored.start_step);
+    }
   }
   void step_done() { ++window_steps_; }
-  // After an epoch's evaluation: its time is not the next window's.
+  // After an evaluation: its time is not the next window's.
   void restart_window() {
     window_.reset();
     window_steps_ = 0;
   }
-  void close() { metrics_.reset(); }
+  void close() {
+    metrics_.reset();
+    evaluations_.reset();
+  }
+  // An evaluation's record in evaluations.jsonl (rank 0).
+  void evaluated(const report::EvaluationRecord& record) {
+    if (!evaluations_) return;
+    comm::FileIoScope io;
+    evaluations_->write(record);
+  }
 
   void log(Trainer::State& s, int64_t steps_done, int64_t epoch, double lr, const StepTally& tally) {
     const auto& deck = s.deck;
@@ -552,6 +571,7 @@ class ProgressLog {
   const Trainer::State& s_;
   Result& result_;
   std::unique_ptr<report::MetricsLog> metrics_;
+  std::unique_ptr<report::EvaluationLog> evaluations_;
   Stopwatch window_;
   int64_t window_steps_ = 0;
 };
@@ -645,11 +665,65 @@ void check_signal_lead(const Trainer::State& s, RunTotals& run) {
                                     checkpoint_dir(s.deck)));
 }
 
+// The test split at a step boundary: after an epoch (`end_of_epoch`; the epoch's line) or every
+// run.eval_every_steps steps within one (the step's line), each a record in evaluations.jsonl.
+// A stop signal during it ends the run at that step, saved, without the evaluation (it is not in
+// the checkpoint: the resumed run goes on with the next step). The last epoch's evaluation is the
+// run's result, after the final save, so a signal lets that one finish. It changes nothing the
+// training uses: a run trains the same with or without the evaluations within its epochs.
+void evaluate_at_boundary(Trainer::State& s, int64_t epoch, RunTotals& run, bool end_of_epoch,
+                          const data::Prefetcher* loader = nullptr) {
+  Evaluation evaluation;
+  Stopwatch evaluating;
+  {
+    ScopedTimer t(s.times.evaluation);
+    const bool stoppable = run.steps_done < s.stage.total_steps;
+    evaluation = evaluate_test_split(s, 0, stoppable, end_of_epoch ? 0 : s.deck.run.eval_samples);
+    if (stoppable) run.last_eval_s = evaluation.longest_unchecked_s;
+  }
+  const double seconds = evaluating.seconds();
+  if (evaluation.stopped) {
+    log::info("{}: its evaluation of the test split is left unfinished for a stop signal",
+              end_of_epoch ? fmt::format("epoch {}/{}", epoch + 1, s.stage.epochs)
+                           : fmt::format("step {}/{}", run.steps_done, s.stage.total_steps));
+    if (run.saved_step == run.steps_done)
+      commit_background_save(s);
+    else
+      save_checkpoint(s, run.steps_done, epoch_loss(s, run));
+    update_goodput(s, run, loader);
+    stop_by_signal(s, run);
+  }
+  run.last_eval = evaluation;
+  check_signal_lead(s, run);
+  if (end_of_epoch)
+    log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1,
+              s.stage.epochs, epoch_loss(s, run).mean(), evaluation.loss, 100.0 * evaluation.accuracy);
+  else
+    log::info("epoch {}/{} | step {}/{} | test loss {:.4f} | test accuracy {:.2f}% | {} evaluated in {:.2f} s",
+              epoch + 1, s.stage.epochs, run.steps_done, s.stage.total_steps, evaluation.loss,
+              100.0 * evaluation.accuracy,
+              evaluation.samples == s.stage.test_split->size()
+                  ? fmt::format("{} samples", evaluation.samples)
+                  : fmt::format("{} of {} samples", evaluation.samples, s.stage.test_split->size()),
+              seconds);
+  run.progress.evaluated(
+      {run.steps_done, epoch, evaluation.loss, evaluation.accuracy, evaluation.samples, seconds, end_of_epoch});
+  run.progress.restart_window();  // the evaluation's time is not the next window's
+  update_goodput(s, run, loader);
+}
+
+// Whether the step boundary `steps_done` of an epoch ending at step `end` has an evaluation of
+// its own (run.eval_every_steps); the epoch's last has the epoch's.
+bool periodic_evaluation_due(const config::Deck& deck, int64_t steps_done, int64_t end) {
+  return deck.run.eval_every_steps > 0 && steps_done % deck.run.eval_every_steps == 0 && steps_done != end;
+}
+
 // Steps [first, end) of epoch `epoch`: each trained, then the boundary's agreed log, save or stop.
 void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, RunTotals& run) {
   const auto loader = open_train_loader(s, first, end);
   const DataWaitTally waits{loader.get(), s.times.data_wait};
   Stopwatch epoch_watch;
+  double evaluation_s = 0;  // in the epoch's own evaluations (run.eval_every_steps)
   if (s.goodput) s.goodput->startup_ends();
   run.tally.epoch_loss_sum = 0;
   if (s.device_step) s.device_step->reset_loss_sum();
@@ -697,39 +771,13 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     fault_if_asked(s.conn.world.rank, step + 1);
     if (due.log || due.save) update_goodput(s, run, loader.get());
     if (due.stop) stop_by_signal(s, run);
+    if (periodic_evaluation_due(s.deck, step + 1, end)) {
+      Stopwatch evaluating;
+      evaluate_at_boundary(s, epoch, run, /*end_of_epoch=*/false, loader.get());
+      evaluation_s += evaluating.seconds();
+    }
   }
-  run.train_seconds += epoch_watch.seconds();
-}
-
-// The test split after an epoch, and the epoch's line.
-// A stop signal during it ends the run at the epoch's last step, saved, without the evaluation
-// (it is not in the checkpoint: the resumed run goes on with the next epoch). The last epoch's
-// evaluation is the run's result, after the final save, so a signal lets that one finish.
-void evaluate_epoch(Trainer::State& s, int64_t epoch, RunTotals& run) {
-  Evaluation evaluation;
-  {
-    ScopedTimer t(s.times.evaluation);
-    const bool stoppable = run.steps_done < s.stage.total_steps;
-    evaluation = evaluate_test_split(s, 0, stoppable);
-    if (stoppable) run.last_eval_s = evaluation.longest_unchecked_s;
-  }
-  if (evaluation.stopped) {
-    log::info("epoch {}/{}: its evaluation of the test split is left unfinished for a stop signal", epoch + 1,
-              s.stage.epochs);
-    if (run.saved_step == run.steps_done)
-      commit_background_save(s);
-    else
-      save_checkpoint(s, run.steps_done, epoch_loss(s, run));
-    update_goodput(s, run);
-    stop_by_signal(s, run);
-  }
-  run.last_eval = evaluation;
-  check_signal_lead(s, run);
-  log::info("epoch {}/{} done | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}%", epoch + 1, s.stage.epochs,
-            epoch_loss(s, run).mean(), run.last_eval.loss,
-            100.0 * run.last_eval.accuracy);
-  run.progress.restart_window();
-  update_goodput(s, run);
+  run.train_seconds += epoch_watch.seconds() - evaluation_s;  // (samples/s is the training steps')
 }
 
 // report.json's figures of the trained run (collective; s.times become the maxima over ranks),
@@ -816,7 +864,7 @@ void train_all(Trainer::State& s, RunTotals& run, Result& result, const Stopwatc
       write_pending_report(s, run, save_checkpoint(s, s.stage.total_steps, epoch_loss(s, run)), wall);
       update_goodput(s, run);  // (a kill during the evaluation keeps the final save's time)
     }
-    evaluate_epoch(s, epoch, run);
+    evaluate_at_boundary(s, epoch, run, /*end_of_epoch=*/true);
   }
   finish_run(s, run, result, wall);
 }

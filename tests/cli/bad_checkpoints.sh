@@ -151,7 +151,7 @@ expect_bad auto_empty "resume auto:: auto:PATH needs a checkpoint file or folder
 # start had put there), and `latest` then names this run's.
 "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" "${chain[@]}" --set run.max_steps=2 --resume never \
   >never.log 2>&1 || fail "--resume never: $(tail -3 never.log)"
-grep -q "starting fresh in runs/chain: metrics.jsonl, goodput.jsonl of an earlier run there are replaced" never.log \
+grep -q "starting fresh in runs/chain: metrics.jsonl, evaluations.jsonl, goodput.jsonl of an earlier run there are replaced" never.log \
   || fail "--resume never did not say what it replaces: $(grep -i fresh never.log)"
 grep -q "runs/chain/report.json (the run as it ended before) moved to report.previous.json" never.log \
   || fail "--resume never did not say where the earlier report.json went: $(grep -i report never.log)"

@@ -39,7 +39,7 @@ std::string validation_message(const std::string& text, int world = 2) {
 // decks in inputs/ together.
 TEST(Deck, KeysArePinnedAndEachHasHelp) {
   const std::vector<std::string> expected{
-      "run.name", "run.output_dir", "run.seed", "run.epochs", "run.max_steps", "run.log_every", "run.device",
+      "run.name", "run.output_dir", "run.seed", "run.epochs", "run.max_steps", "run.log_every", "run.eval_every_steps", "run.eval_samples", "run.device",
       "run.threads", "run.fail_timeout_s", "run.requeue_lock_wait_s", "run.check_memory", "run.peak_tflops",
       "run.cuda_graph", "data.path", "data.prefetch", "data.check_finite",
       "data.verify_checksums",
@@ -299,9 +299,15 @@ TEST(Deck, AFolderGivenAsTheDeckIsNamedAsSuch) {
 }
 
 TEST(Deck, EveryBrokenRuleIsListed) {
-  const auto deck = parse_deck_text("[optim]\nlr = -1\nmicro_batch = 0\n[run]\nlog_every = 0\n", "t.ini", {});
+  const auto deck =
+      parse_deck_text("[optim]\nlr = -1\nmicro_batch = 0\n[run]\nlog_every = 0\neval_every_steps = -1\n", "t.ini", {});
   const auto errors = config::validate(deck, {1, false});
-  ASSERT_EQ(errors.size(), 3u);
+  ASSERT_EQ(errors.size(), 4u);
+  EXPECT_EQ(std::count_if(errors.begin(), errors.end(),
+                          [](const std::string& e) {
+                            return e.find("run.eval_every_steps: -1 is out of range (must be >= 0)") != std::string::npos;
+                          }),
+            1);
 }
 
 TEST(Deck, MissingFile) {
