@@ -473,6 +473,12 @@ std::vector<std::string> validate(const Deck& d, const Environment& env) {
       fail("parallel.pp", fmt::format("world size {} is not divisible by parallel.pp({})", env.world_size, pp));
     else if (dp * pp != env.world_size)
       fail("parallel.dp", fmt::format("dp({}) x pp({}) = {} != world size {}", dp, pp, dp * pp, env.world_size));
+    // Each replica evaluates its share of them; one with none would miss the forwards whose
+    // collectives (ZeRO-3's gathers) the others wait in.
+    else if (d.run.eval_samples > 0 && d.run.eval_samples < dp)
+      fail("run.eval_samples", fmt::format("{} is fewer than the {} data-parallel replicas, which each evaluate a share "
+                                           "of them: give at least {} (or 0 = the whole test split)",
+                                           d.run.eval_samples, dp, dp));
   }
   if (d.parallel.zero < 0 || d.parallel.zero > 3)
     fail("parallel.zero", fmt::format("{} is out of range (0 | 1 | 2 | 3)", d.parallel.zero));

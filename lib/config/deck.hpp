@@ -21,7 +21,7 @@
   X(run, eval_every_steps, int64_t, 0,                                                         \
     "steps between evaluations of the test split (>= 0) besides the one after each epoch, e.g. for a token model trained by max_steps within one epoch; 0 = after each epoch only. Each evaluation is a progress line and a record in evaluations.jsonl") \
   X(run, eval_samples, int64_t, 0,                                                             \
-    "run.eval_every_steps' evaluations: the test split's first N samples (>= 0; at most its size); 0 = all of it. The evaluations after each epoch (the last one's is report.json's final) take the whole split") \
+    "run.eval_every_steps' evaluations: the test split's first N samples (0 = all of it, as is a number past its size; at least parallel.dp otherwise). The evaluations after each epoch (the last one's is report.json's final) take the whole split") \
   X(run, device, std::string, "auto", "auto | cpu | cuda (auto: cuda when this build and the node have GPUs)") \
   X(run, threads, int64_t, 0, "intra-op threads per rank (at most 1024); 0 = the CPUs the rank may run on (its affinity: --cpus-per-task, -bind-to, taskset), each shared equally among the node's ranks that may run on it") \
   X(run, fail_timeout_s, double, 30.0,                                                          \

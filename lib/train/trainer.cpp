@@ -679,7 +679,11 @@ void evaluate_at_boundary(Trainer::State& s, int64_t epoch, RunTotals& run, bool
     ScopedTimer t(s.times.evaluation);
     const bool stoppable = run.steps_done < s.stage.total_steps;
     evaluation = evaluate_test_split(s, 0, stoppable, end_of_epoch ? 0 : s.deck.run.eval_samples);
-    if (stoppable) run.last_eval_s = evaluation.longest_unchecked_s;
+    // (one of run.eval_samples' parts of the split must not stand for the whole split's)
+    if (stoppable)
+      run.last_eval_s = evaluation.samples == s.stage.test_split->size()
+                            ? evaluation.longest_unchecked_s
+                            : std::max(run.last_eval_s, evaluation.longest_unchecked_s);
   }
   const double seconds = evaluating.seconds();
   if (evaluation.stopped) {
@@ -751,8 +755,11 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     comm::progress().step.store(step + 1, std::memory_order_relaxed);
     stall_if_asked(s.conn.world.rank, step + 1);
     const StepBoundary due = agree_at_step_end(s, step + 1, run.since_save);
-    // The device's decisions reach the host where the host needs them (a divergence stops here).
-    if (s.device_step && (due.log || due.save || due.stop || step + 1 == end)) read_device_step(s, run.tally);
+    // The device's decisions reach the host where the host needs them (a divergence stops here),
+    // also before an evaluation, which a stop signal may end with a save of this step.
+    const bool evaluation_due = periodic_evaluation_due(s.deck, step + 1, end);
+    if (s.device_step && (due.log || due.save || due.stop || evaluation_due || step + 1 == end))
+      read_device_step(s, run.tally);
     if (due.log) run.progress.log(s, step + 1, epoch, s.stage.schedule.at(step), run.tally);
     if (due.commit) {
       commit_background_save(s);
@@ -771,7 +778,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     fault_if_asked(s.conn.world.rank, step + 1);
     if (due.log || due.save) update_goodput(s, run, loader.get());
     if (due.stop) stop_by_signal(s, run);
-    if (periodic_evaluation_due(s.deck, step + 1, end)) {
+    if (evaluation_due) {
       Stopwatch evaluating;
       evaluate_at_boundary(s, epoch, run, /*end_of_epoch=*/false, loader.get());
       evaluation_s += evaluating.seconds();

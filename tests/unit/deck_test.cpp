@@ -310,6 +310,19 @@ TEST(Deck, EveryBrokenRuleIsListed) {
             1);
 }
 
+// run.eval_samples: each data-parallel replica evaluates a share of them, so fewer than dp would
+// leave one out of the forwards whose ZeRO-3 gathers the others wait in (a hang).
+TEST(Deck, EvaluationSamplesCoverEveryReplica) {
+  EXPECT_NE(validation_message("[run]\neval_every_steps = 10\neval_samples = 3\n", 4)
+                .find("run.eval_samples: 3 is fewer than the 4 data-parallel replicas"),
+            std::string::npos);
+  EXPECT_NE(validation_message("[run]\neval_samples = 1\n[parallel]\npp = 2\ndp = auto\n", 4)
+                .find("run.eval_samples: 1 is fewer than the 2 data-parallel replicas"),
+            std::string::npos);
+  EXPECT_EQ(validation_message("[run]\neval_samples = 2\n[parallel]\npp = 2\n", 4), "") << "dp 2, 2 samples";
+  EXPECT_EQ(validation_message("[run]\neval_samples = 0\n", 4), "") << "0: the whole split";
+}
+
 TEST(Deck, MissingFile) {
   EXPECT_NE(bad_input_message([] { config::load_deck("/no/such/deck.ini", {}); })
                 .find("/no/such/deck.ini: cannot open the file"),
