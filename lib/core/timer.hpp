@@ -22,6 +22,7 @@ class ScopedTimer {
   ~ScopedTimer() { total_ += watch_.seconds(); }
   ScopedTimer(const ScopedTimer&) = delete;
   ScopedTimer& operator=(const ScopedTimer&) = delete;
+  double seconds() const { return watch_.seconds(); }  // so far
 
  private:
   double& total_;

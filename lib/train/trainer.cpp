@@ -671,21 +671,22 @@ void check_signal_lead(const Trainer::State& s, RunTotals& run) {
 // the checkpoint: the resumed run goes on with the next step). The last epoch's evaluation is the
 // run's result, after the final save, so a signal lets that one finish. It changes nothing the
 // training uses: a run trains the same with or without the evaluations within its epochs.
-void evaluate_at_boundary(Trainer::State& s, int64_t epoch, RunTotals& run, bool end_of_epoch,
-                          const data::Prefetcher* loader = nullptr) {
+// Returns the evaluation's seconds (s.times.evaluation's share of it).
+double evaluate_at_boundary(Trainer::State& s, int64_t epoch, RunTotals& run, bool end_of_epoch,
+                            const data::Prefetcher* loader = nullptr) {
+  const bool stoppable = run.steps_done < s.stage.total_steps;
   Evaluation evaluation;
-  Stopwatch evaluating;
+  double seconds = 0;
   {
-    ScopedTimer t(s.times.evaluation);
-    const bool stoppable = run.steps_done < s.stage.total_steps;
+    ScopedTimer t(s.times.evaluation);  // (a fault during it counts too)
     evaluation = evaluate_test_split(s, 0, stoppable, end_of_epoch ? 0 : s.deck.run.eval_samples);
-    // (one of run.eval_samples' parts of the split must not stand for the whole split's)
-    if (stoppable)
-      run.last_eval_s = evaluation.samples == s.stage.test_split->size()
-                            ? evaluation.longest_unchecked_s
-                            : std::max(run.last_eval_s, evaluation.longest_unchecked_s);
+    seconds = t.seconds();
   }
-  const double seconds = evaluating.seconds();
+  const int64_t split = s.stage.test_split->size();
+  // (one of run.eval_samples' parts of the split must not stand for the whole split's)
+  if (stoppable)
+    run.last_eval_s = evaluation.samples == split ? evaluation.longest_unchecked_s
+                                                  : std::max(run.last_eval_s, evaluation.longest_unchecked_s);
   if (evaluation.stopped) {
     log::info("{}: its evaluation of the test split is left unfinished for a stop signal",
               end_of_epoch ? fmt::format("epoch {}/{}", epoch + 1, s.stage.epochs)
@@ -706,14 +707,14 @@ void evaluate_at_boundary(Trainer::State& s, int64_t epoch, RunTotals& run, bool
     log::info("epoch {}/{} | step {}/{} | test loss {:.4f} | test accuracy {:.2f}% | {} evaluated in {:.2f} s",
               epoch + 1, s.stage.epochs, run.steps_done, s.stage.total_steps, evaluation.loss,
               100.0 * evaluation.accuracy,
-              evaluation.samples == s.stage.test_split->size()
-                  ? fmt::format("{} samples", evaluation.samples)
-                  : fmt::format("{} of {} samples", evaluation.samples, s.stage.test_split->size()),
+              evaluation.samples == split ? fmt::format("{} samples", split)
+                                          : fmt::format("{} of {} samples", evaluation.samples, split),
               seconds);
   run.progress.evaluated(
       {run.steps_done, epoch, evaluation.loss, evaluation.accuracy, evaluation.samples, seconds, end_of_epoch});
   run.progress.restart_window();  // the evaluation's time is not the next window's
   update_goodput(s, run, loader);
+  return seconds;
 }
 
 // Whether the step boundary `steps_done` of an epoch ending at step `end` has an evaluation of
@@ -778,11 +779,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     fault_if_asked(s.conn.world.rank, step + 1);
     if (due.log || due.save) update_goodput(s, run, loader.get());
     if (due.stop) stop_by_signal(s, run);
-    if (evaluation_due) {
-      Stopwatch evaluating;
-      evaluate_at_boundary(s, epoch, run, /*end_of_epoch=*/false, loader.get());
-      evaluation_s += evaluating.seconds();
-    }
+    if (evaluation_due) evaluation_s += evaluate_at_boundary(s, epoch, run, /*end_of_epoch=*/false, loader.get());
   }
   run.train_seconds += epoch_watch.seconds() - evaluation_s;  // (samples/s is the training steps')
 }
