@@ -36,6 +36,7 @@
 #include "parallel/pipeline.hpp"
 #include "parallel/topology.hpp"
 #include "report/report.hpp"
+#include "train/evaluation_schedule.hpp"
 #include "train/run_folder.hpp"
 #include "train/run_summary.hpp"
 #include "train/safe_stop.hpp"
@@ -454,10 +455,16 @@ Result already_trained(Trainer::State& s) {
     comm::FileIoScope io;
     const std::string why_not =
         report::complete_pending_report(pending, report, s.restored.resumed_from, done.loss, done.accuracy, evaluation_s);
-    if (why_not.empty())
+    if (why_not.empty()) {
       files = fmt::format("the run ended during its last evaluation: {} written from report.pending.json with this "
-                          "evaluation's test figures",
+                          "evaluation's test figures, and evaluations.jsonl its record",
                           report);
+      // The record the killed job did not write (kept up to the step before: a kill between that
+      // record and report.json leaves one to replace).
+      const int64_t last = s.stage.total_steps;
+      report::EvaluationLog(dir + "/evaluations.jsonl", last - 1)
+          .write({last, s.stage.sampler->epoch_of(last - 1), done.loss, done.accuracy, done.samples, evaluation_s, true});
+    }
     else if (has_report)
       files = fmt::format("report.json and metrics.jsonl left as they are ({})", why_not);
     else
@@ -510,6 +517,11 @@ StepBoundary agree_at_step_end(Trainer::State& s, int64_t steps_done, const Stop
   return due;
 }
 
+// When this run evaluates its test split: after each epoch and every run.eval_every_steps steps.
+EvaluationSchedule evaluation_schedule(const Trainer::State& s) {
+  return {s.deck.run.eval_every_steps, s.stage.sampler->steps_per_epoch(), s.stage.total_steps};
+}
+
 std::string eta_text(double seconds) {
   const auto total = static_cast<int64_t>(seconds + 0.5);
   if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total / 60) % 60);
@@ -538,8 +550,9 @@ class ProgressLog {
     metrics_.reset();
     evaluations_.reset();
   }
-  // An evaluation's record in evaluations.jsonl (rank 0).
+  // An evaluation's record in evaluations.jsonl (rank 0); its time per sample, for the ETA.
   void evaluated(const report::EvaluationRecord& record) {
+    if (record.samples > 0) evaluation_s_per_sample_ = record.seconds / static_cast<double>(record.samples);
     if (!evaluations_) return;
     comm::FileIoScope io;
     evaluations_->write(record);
@@ -549,7 +562,8 @@ class ProgressLog {
     const auto& deck = s.deck;
     const double loss = replica_mean(s, tally.last_loss);
     const double rate = static_cast<double>(window_steps_ * deck.optim.global_batch) / window_.seconds();
-    const double eta = static_cast<double>(s.stage.total_steps - steps_done) * window_.seconds() / window_steps_;
+    const double eta = static_cast<double>(s.stage.total_steps - steps_done) * window_.seconds() / window_steps_ +
+                       evaluations_ahead_seconds(s, steps_done);
     log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
               epoch + 1, s.stage.epochs, steps_done, s.stage.total_steps, loss, lr, tally.last_norm, rate, eta_text(eta));
     if (metrics_) {
@@ -568,12 +582,22 @@ class ProgressLog {
   }
 
  private:
+  // The evaluations still ahead at step boundary `steps_done` (its own included), timed as the
+  // last one per sample; 0 before the run's first evaluation.
+  double evaluations_ahead_seconds(const Trainer::State& s, int64_t steps_done) const {
+    const auto ahead = evaluations_ahead(evaluation_schedule(s), steps_done);
+    const int64_t split = s.stage.test_split->size();
+    const int64_t within = s.deck.run.eval_samples > 0 ? std::min(s.deck.run.eval_samples, split) : split;
+    return evaluation_s_per_sample_ * static_cast<double>(ahead.within_epochs * within + ahead.epoch_ends * split);
+  }
+
   const Trainer::State& s_;
   Result& result_;
   std::unique_ptr<report::MetricsLog> metrics_;
   std::unique_ptr<report::EvaluationLog> evaluations_;
   Stopwatch window_;
   int64_t window_steps_ = 0;
+  double evaluation_s_per_sample_ = 0;  // the last evaluation's
 };
 
 // The epoch's training micro-batches for this rank: only the first stage reads inputs and only
@@ -717,12 +741,6 @@ double evaluate_at_boundary(Trainer::State& s, int64_t epoch, RunTotals& run, bo
   return seconds;
 }
 
-// Whether the step boundary `steps_done` of an epoch ending at step `end` has an evaluation of
-// its own (run.eval_every_steps); the epoch's last has the epoch's.
-bool periodic_evaluation_due(const config::Deck& deck, int64_t steps_done, int64_t end) {
-  return deck.run.eval_every_steps > 0 && steps_done % deck.run.eval_every_steps == 0 && steps_done != end;
-}
-
 // Steps [first, end) of epoch `epoch`: each trained, then the boundary's agreed log, save or stop.
 void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, RunTotals& run) {
   const auto loader = open_train_loader(s, first, end);
@@ -758,7 +776,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     const StepBoundary due = agree_at_step_end(s, step + 1, run.since_save);
     // The device's decisions reach the host where the host needs them (a divergence stops here),
     // also before an evaluation, which a stop signal may end with a save of this step.
-    const bool evaluation_due = periodic_evaluation_due(s.deck, step + 1, end);
+    const bool evaluation_due = evaluation_schedule(s).within_epoch_due(step + 1);
     if (s.device_step && (due.log || due.save || due.stop || evaluation_due || step + 1 == end))
       read_device_step(s, run.tally);
     if (due.log) run.progress.log(s, step + 1, epoch, s.stage.schedule.at(step), run.tally);

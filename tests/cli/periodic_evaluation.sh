@@ -6,8 +6,8 @@
 # the evaluations within the epochs to the split's first samples). An evaluation at step 12 gives
 # the test figures of a run that ends at step 12 (report.json). A resume from an earlier
 # checkpoint keeps the records up to it and logs the same ones after it; a stop signal during an
-# evaluation within an epoch saves that step and exits 3, and the resumed run ends as the
-# uninterrupted one.
+# evaluation within an epoch saves that step (or commits that step's background save in flight)
+# and exits 3, and the resumed run ends as the uninterrupted one.
 source "$(dirname "$0")/common.sh" "$1" "$2" 64
 # 1024 samples, 64 a step: 16 steps an epoch; 40 steps end in the third epoch. Noisy enough that
 # the test figures go on changing (syn.h5's test accuracy is 100% by step 10).
@@ -103,26 +103,42 @@ grep -q "evaluations.jsonl: 4 record(s) of steps after 24 dropped" kept_resumed.
 
 # A stop signal during the evaluation at step 6 (its chunks slowed): step 6 saved, exit 3; the
 # resumed run goes on from step 7 and ends as the uninterrupted one, without that evaluation.
-marker=evaluating_$$
-TRIDENT_TEST_SLOW_EVALUATION_MS=2000 "$mpiexec" -n 2 "$trident" train /dev/null --set run.name=stopped \
-  "${args[@]}" --set run.eval_every_steps=6 --set "run.name=$marker" --set run.output_dir=runs/stopped >stopped.log 2>&1 &
-launcher=$!
-for _ in $(seq 600); do grep -q "an evaluation chunk slowed" stopped.log 2>/dev/null && break; sleep 0.1; done
-grep -q "an evaluation chunk slowed" stopped.log || fail "no evaluation started within 60 s: $(tail -3 stopped.log)"
-pkill -USR1 -f "^$trident train .*run.name=$marker" || fail "no rank to signal: $(tail -3 stopped.log)"
-set +e
-wait "$launcher"
-rc=$?
-set -e
-[ "$rc" = 3 ] || fail "exit code $rc after a signal during an evaluation, expected 3: $(tail -3 stopped.log)"
-grep -q "step 6/40: its evaluation of the test split is left unfinished for a stop signal" stopped.log \
-  || fail "no word of the evaluation left unfinished: $(tail -3 stopped.log)"
-[ "$(cat runs/stopped/checkpoints/latest)" = step_0000006.h5 ] || fail "latest does not name step 6"
-[ ! -s runs/stopped/evaluations.jsonl ] || fail "the unfinished evaluation left a record"
-"$mpiexec" -n 2 "$trident" train /dev/null --set run.name=stopped "${args[@]}" --set run.eval_every_steps=6 \
-  --set run.output_dir=runs/stopped --resume auto >stopped_resumed.log 2>&1 || fail "resumed: $(tail -3 stopped_resumed.log)"
-same_checkpoint every stopped
-[ "$(records runs/stopped/evaluations.jsonl)" = "$(records runs/every/evaluations.jsonl | tail -n +2)" ] \
-  || fail "the resumed run's evaluations are not the uninterrupted run's after step 6"
+stop_during_evaluation() {  # NAME [VAR=VALUE...] -- [ARGS...]: a run into runs/NAME signalled in its first evaluation
+  local name=$1 marker=evaluating_$1_$$ envs=()
+  shift
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  env TRIDENT_TEST_SLOW_EVALUATION_MS=2000 "${envs[@]}" "$mpiexec" -n 2 "$trident" train /dev/null "${args[@]}" \
+    --set run.eval_every_steps=6 --set "run.name=$marker" --set "run.output_dir=runs/$name" "$@" >"$name.log" 2>&1 &
+  local launcher=$! rc
+  for _ in $(seq 600); do grep -q "an evaluation chunk slowed" "$name.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "an evaluation chunk slowed" "$name.log" || fail "$name: no evaluation started within 60 s: $(tail -3 "$name.log")"
+  pkill -USR1 -f "^$trident train .*run.name=$marker" || fail "$name: no rank to signal: $(tail -3 "$name.log")"
+  set +e
+  wait "$launcher"
+  rc=$?
+  set -e
+  [ "$rc" = 3 ] || fail "$name: exit code $rc after a signal during an evaluation, expected 3: $(tail -3 "$name.log")"
+  grep -q "step 6/40: its evaluation of the test split is left unfinished for a stop signal" "$name.log" \
+    || fail "$name: no word of the evaluation left unfinished: $(tail -3 "$name.log")"
+  [ "$(cat "runs/$name/checkpoints/latest")" = step_0000006.h5 ] || fail "$name: latest does not name step 6"
+  [ ! -s "runs/$name/evaluations.jsonl" ] || fail "$name: the unfinished evaluation left a record"
+  "$mpiexec" -n 2 "$trident" train /dev/null --set run.name="$name" "${args[@]}" --set run.eval_every_steps=6 \
+    --set "run.output_dir=runs/$name" "$@" --resume auto >"${name}_resumed.log" 2>&1 \
+    || fail "$name resumed: $(tail -3 "${name}_resumed.log")"
+  same_checkpoint every "$name"
+  [ "$(records "runs/$name/evaluations.jsonl")" = "$(records runs/every/evaluations.jsonl | tail -n +2)" ] \
+    || fail "$name: the resumed run's evaluations are not the uninterrupted run's after step 6"
+}
+stop_during_evaluation stopped --
 echo "a stop during the evaluation at step 6: exit 3, step 6 saved; the resumed run ends as the uninterrupted one"
+# The same with step 6's background save in flight (checkpoint.every_steps = 6, checkpoint.async),
+# its writer slowed so that its copies of the model are taken during the evaluation: the stop
+# commits that save instead of writing another, and the resumed run still ends as the
+# uninterrupted one (the evaluation changed nothing the copies took).
+stop_during_evaluation in_flight TRIDENT_TEST_SLOW_BACKGROUND_SAVE_MS=1500 -- --set checkpoint.every_steps=6
+grep -q "checkpoint runs/in_flight/checkpoints/step_0000006.h5 written in the background" in_flight.log \
+  || fail "in_flight: step 6's background save was not the one committed: $(grep checkpoint in_flight.log)"
+[ "$(grep -c 'step_0000006.h5 written' in_flight.log)" = 1 ] || fail "in_flight: step 6 saved twice: $(grep written in_flight.log)"
+echo "the same with step 6's background save in flight: that save committed, the resumed run the same"
 echo PASS

@@ -179,6 +179,7 @@ wait "$launcher" || true
   || fail "the final checkpoint does not verify"
 [ -f runs/last_evaluation/report.pending.json ] && [ ! -e runs/last_evaluation/report.json ] \
   || fail "killed during the last evaluation: expected report.pending.json and no report.json: $(ls runs/last_evaluation)"
+[ ! -s runs/last_evaluation/evaluations.jsonl ] || fail "the killed evaluation left a record in evaluations.jsonl"
 # Its requeue finds the run trained: it evaluates the saved model and completes report.json, whose
 # figures are those of a run that was never killed (the training's, as the pending report has
 # them; the test figures, as an uninterrupted run's last evaluation gives them), bit for bit.
@@ -198,6 +199,14 @@ done
 [ "$(field runs/last_evaluation/report.json 'r["final"]["evaluated_by_a_later_job"]')" = True ] &&
   [ "$(field runs/last_evaluation_straight/report.json 'r["final"]["evaluated_by_a_later_job"]')" = False ] ||
   fail "final.evaluated_by_a_later_job is not true in the completed report and false in the uninterrupted one"
+# evaluations.jsonl: the requeue writes the last evaluation's record, which the killed job did not,
+# as the uninterrupted run has it (but its time).
+python3 - runs/last_evaluation/evaluations.jsonl runs/last_evaluation_straight/evaluations.jsonl <<'PY' \
+  || fail "evaluations.jsonl completed by the requeue differs from the uninterrupted run's"
+import json, sys
+completed, straight = ([{k: v for k, v in json.loads(l).items() if k != "seconds"} for l in open(f)] for f in sys.argv[1:])
+assert completed == straight and completed[-1]["step"] == 40 and completed[-1]["end_of_epoch"], (completed, straight)
+PY
 field runs/last_evaluation/report.json 'r["throughput"]["samples_per_s"] > 0 and r["time_s"]["evaluation"] > 0 and "pending" not in r' |
   grep -qx True || fail "the completed report lacks its training's throughput or the evaluation's time"
 "$trident" report runs/last_evaluation --out last_evaluation_report >/dev/null && grep -q "40" last_evaluation_report/report.csv \
