@@ -464,12 +464,12 @@ Result already_trained(Trainer::State& s) {
       const int64_t last = s.stage.total_steps;
       report::EvaluationLog(dir + "/evaluations.jsonl", last - 1)
           .write({last, s.stage.sampler->epoch_of(last - 1), done.loss, done.accuracy, done.samples, evaluation_s, true});
-    }
-    else if (has_report)
+    } else if (has_report) {
       files = fmt::format("report.json and metrics.jsonl left as they are ({})", why_not);
-    else
+    } else {
       files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it ({})",
                           dir, why_not);
+    }
   } else if (has_report) {
     files = "report.json and metrics.jsonl left as they are";
     if (s.conn.world.rank == 0) fs::remove(pending, ec);
