@@ -144,6 +144,13 @@ void slow_down_if_asked(const char* variable, const char* what) {
 // and under a pipeline smaller chunks overlap across the stages.
 int64_t evaluation_chunk(const Trainer::State& s) { return s.stage.plan->micro_batch(); }
 
+// How many of the test split's samples an evaluation asked for `samples` takes: that many
+// (run.eval_samples), at most the split; 0: all of it.
+int64_t samples_to_evaluate(const Trainer::State& s, int64_t samples) {
+  const int64_t split = s.stage.test_split->size();
+  return samples > 0 ? std::min(samples, split) : split;
+}
+
 // `stop_on_signal`: a stop signal ends the evaluation early (Evaluation::stopped), so that a
 // job's signal lead need not cover a whole evaluation. The ranks agree on it every so many chunks
 // (a small all-reduce: under a pipeline each one drains the stages, so 32 at most).
@@ -161,7 +168,7 @@ Evaluation evaluate_test_split(Trainer::State& s, int64_t chunk_samples = 0, boo
   // shares differ by one sample where the split does not divide by dp; every replica still runs
   // the same number of chunks (ZeRO-3 gathers each layer over the dp group in every forward), as
   // many as the smallest share needs: a chunk of a larger share holds at most one sample more.
-  const int64_t total = samples > 0 ? std::min(samples, s.stage.test_split->size()) : s.stage.test_split->size();
+  const int64_t total = samples_to_evaluate(s, samples);
   const int dp = s.conn.topology->dp();
   const auto share = data::even_share(total, s.conn.topology->dp_rank(), dp);
   const int64_t chunk = chunk_samples > 0 ? chunk_samples : evaluation_chunk(s);
@@ -588,8 +595,7 @@ class ProgressLog {
   // measured 0.37 (gpt_fortunes.ini) and 0.40 (fashion_mnist_ddp.ini) on the 2-core VM.
   double evaluations_ahead_seconds(const Trainer::State& s, int64_t steps_done, double train_s_per_sample) const {
     const auto ahead = evaluations_ahead(evaluation_schedule(s), steps_done);
-    const int64_t split = s.stage.test_split->size();
-    const int64_t within = s.deck.run.eval_samples > 0 ? std::min(s.deck.run.eval_samples, split) : split;
+    const int64_t split = samples_to_evaluate(s, 0), within = samples_to_evaluate(s, s.deck.run.eval_samples);
     const double per_sample = evaluation_s_per_sample_ > 0 ? evaluation_s_per_sample_ : 0.4 * train_s_per_sample;
     return per_sample * static_cast<double>(ahead.within_epochs * within + ahead.epoch_ends * split);
   }
