@@ -37,6 +37,7 @@
 #include "parallel/topology.hpp"
 #include "report/report.hpp"
 #include "train/evaluation_schedule.hpp"
+#include "train/save_schedule.hpp"
 #include "train/run_folder.hpp"
 #include "train/run_summary.hpp"
 #include "train/safe_stop.hpp"
@@ -429,10 +430,10 @@ void log_layout(const Trainer::State& s) {
 }
 
 // A requeued job whose run had already finished: the checkpoint holds the trained model and
-// report.json / metrics.jsonl describe that run. Rewriting them from zero steps would put zero
+// report.json, metrics.jsonl and evaluations.jsonl describe that run. Rewriting them from zero steps would put zero
 // throughput and no losses where the real figures are; evaluate and leave them be. A finished
 // checkpoint resumed into another folder (to evaluate it at another layout, or by mistake) writes
-// no report.json or metrics.jsonl there either: a scaling study would read a zero-step run.
+// no report.json, metrics.jsonl or evaluations.jsonl there either: a scaling study would read a zero-step run.
 // One killed during its last evaluation (after the final save) left report.pending.json: that
 // evaluation, done here, completes it into report.json.
 Result already_trained(Trainer::State& s) {
@@ -455,8 +456,8 @@ Result already_trained(Trainer::State& s) {
                                   (!has_report || fs::last_write_time(pending, ec) > fs::last_write_time(report, ec));
   std::string files;
   if (!own_checkpoint) {
-    files = fmt::format("nothing written to report.json or metrics.jsonl in {} (raise run.max_steps or run.epochs to "
-                        "train on from it)",
+    files = fmt::format("nothing written to report.json, metrics.jsonl or evaluations.jsonl in {} (raise run.max_steps "
+                        "or run.epochs to train on from it)",
                         dir);
   } else if (pending_is_current) {
     comm::FileIoScope io;
@@ -472,16 +473,19 @@ Result already_trained(Trainer::State& s) {
       report::EvaluationLog(dir + "/evaluations.jsonl", last - 1)
           .write({last, s.stage.sampler->epoch_of(last - 1), done.loss, done.accuracy, done.samples, evaluation_s, true});
     } else if (has_report) {
-      files = fmt::format("report.json and metrics.jsonl left as they are ({})", why_not);
+      files = fmt::format("report.json, metrics.jsonl and evaluations.jsonl left as they are ({})", why_not);
     } else {
-      files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it ({})",
+      files = fmt::format("metrics.jsonl and evaluations.jsonl left as they are; {} has no report.json: the run ended "
+                          "before writing it ({})",
                           dir, why_not);
     }
   } else if (has_report) {
-    files = "report.json and metrics.jsonl left as they are";
+    files = "report.json, metrics.jsonl and evaluations.jsonl left as they are";
     if (s.conn.world.rank == 0) fs::remove(pending, ec);
   } else {  // stopped after its last save and before its report (a kill, a node failure)
-    files = fmt::format("metrics.jsonl left as it is; {} has no report.json: the run ended before writing it", dir);
+    files = fmt::format("metrics.jsonl and evaluations.jsonl left as they are; {} has no report.json: the run ended "
+                        "before writing it",
+                        dir);
   }
   log::info("nothing to train: {} is at step {} of {}; {} | test loss {:.4f} | test accuracy {:.2f}%",
             s.restored.resumed_from, s.restored.start_step, s.stage.total_steps, files, done.loss, 100.0 * done.accuracy);
@@ -529,6 +533,11 @@ EvaluationSchedule evaluation_schedule(const Trainer::State& s) {
   return {s.deck.run.eval_every_steps, s.stage.sampler->steps_per_epoch(), s.stage.total_steps};
 }
 
+// When this run saves by itself: checkpoint.every_steps, checkpoint.every_minutes.
+SaveSchedule save_schedule(const Trainer::State& s) {
+  return {s.deck.checkpoint.every_steps, 60.0 * s.deck.checkpoint.every_minutes, s.stage.total_steps};
+}
+
 std::string eta_text(double seconds) {
   const auto total = static_cast<int64_t>(seconds + 0.5);
   if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total / 60) % 60);
@@ -539,7 +548,8 @@ std::string eta_text(double seconds) {
 // with the samples/s of the steps since the last one, and the Result's loss series.
 class ProgressLog {
  public:
-  ProgressLog(const Trainer::State& s, Result& result) : s_(s), result_(result) {
+  ProgressLog(const Trainer::State& s, Result& result)
+      : s_(s), result_(result), checkpoint_s_at_start_(s.times.checkpoint), window_checkpoint_s_(s.times.checkpoint) {
     // A run resumed at its last step trains nothing and writes no records (already_trained).
     if (s.conn.world.rank == 0 && s.restored.start_step < s.stage.total_steps) {
       metrics_ = std::make_unique<report::MetricsLog>(s.deck.run.output_dir + "/metrics.jsonl", s.restored.start_step);
@@ -552,7 +562,10 @@ class ProgressLog {
   void restart_window() {
     window_.reset();
     window_steps_ = 0;
+    window_checkpoint_s_ = s_.times.checkpoint;
   }
+  // A periodic save started at a step boundary (the training it blocks: s.times.checkpoint).
+  void save_started() { ++saves_started_; }
   void close() {
     metrics_.reset();
     evaluations_.reset();
@@ -565,12 +578,17 @@ class ProgressLog {
     evaluations_->write(record);
   }
 
-  void log(Trainer::State& s, int64_t steps_done, int64_t epoch, double lr, const StepTally& tally) {
+  // `since_save_s`: the clock of checkpoint.every_minutes at this boundary.
+  void log(Trainer::State& s, int64_t steps_done, int64_t epoch, double lr, const StepTally& tally, double since_save_s) {
     const auto& deck = s.deck;
     const double loss = replica_mean(s, tally.last_loss);
     const double rate = static_cast<double>(window_steps_ * deck.optim.global_batch) / window_.seconds();
-    const double eta = static_cast<double>(s.stage.total_steps - steps_done) * window_.seconds() / window_steps_ +
-                       evaluations_ahead_seconds(s, steps_done, 1.0 / rate);
+    // The ETA's steps are timed without the saves in this window, which it counts on their own.
+    const double step_s =
+        std::max(0.0, window_.seconds() - (s.times.checkpoint - window_checkpoint_s_)) / static_cast<double>(window_steps_);
+    const double eta = static_cast<double>(s.stage.total_steps - steps_done) * step_s +
+                       saves_ahead_seconds(s, steps_done, step_s, since_save_s) +
+                       evaluations_ahead_seconds(s, steps_done, step_s / static_cast<double>(deck.optim.global_batch));
     log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
               epoch + 1, s.stage.epochs, steps_done, s.stage.total_steps, loss, lr, tally.last_norm, rate, eta_text(eta));
     if (metrics_) {
@@ -600,12 +618,26 @@ class ProgressLog {
     return per_sample * static_cast<double>(ahead.within_epochs * within + ahead.epoch_ends * split);
   }
 
+  // The saves still ahead at step boundary `steps_done`: each periodic one blocking training as
+  // long as this run's have on average (a background save: its start, its copies and its
+  // commit), and the final one as long as the last save took from its start to its commit (none
+  // before the run's first).
+  double saves_ahead_seconds(const Trainer::State& s, int64_t steps_done, double step_s, double since_save_s) const {
+    const double per_save =
+        saves_started_ > 0 ? (s.times.checkpoint - checkpoint_s_at_start_) / static_cast<double>(saves_started_) : 0.0;
+    return per_save * static_cast<double>(periodic_saves_ahead(save_schedule(s), steps_done, step_s, since_save_s)) +
+           s.last_save_s;
+  }
+
   const Trainer::State& s_;
   Result& result_;
   std::unique_ptr<report::MetricsLog> metrics_;
   std::unique_ptr<report::EvaluationLog> evaluations_;
+  const double checkpoint_s_at_start_;  // s.times.checkpoint when this run's training began
   Stopwatch window_;
   int64_t window_steps_ = 0;
+  double window_checkpoint_s_;  // s.times.checkpoint when the window began
+  int64_t saves_started_ = 0;   // this run's periodic saves
   double evaluation_s_per_sample_ = 0;  // the last evaluation's
 };
 
@@ -788,7 +820,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     const bool evaluation_due = evaluation_schedule(s).within_epoch_due(step + 1);
     if (s.device_step && (due.log || due.save || due.stop || evaluation_due || step + 1 == end))
       read_device_step(s, run.tally);
-    if (due.log) run.progress.log(s, step + 1, epoch, s.stage.schedule.at(step), run.tally);
+    if (due.log) run.progress.log(s, step + 1, epoch, s.stage.schedule.at(step), run.tally, run.since_save.seconds());
     if (due.commit) {
       commit_background_save(s);
       check_signal_lead(s, run);
@@ -801,6 +833,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
         save_checkpoint(s, step + 1, epoch_loss(s, run));
       run.since_save.reset();
       run.saved_step = step + 1;
+      run.progress.save_started();
       if (!s.background_save) check_signal_lead(s, run);
     }
     fault_if_asked(s.conn.world.rank, step + 1);

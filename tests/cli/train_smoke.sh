@@ -34,34 +34,49 @@ late=$(TRIDENT_SIGNAL_LEAD_S=0.000001 "$mpiexec" -n "$np" "$trident" train /dev/
   fail "expected one signal-lead warning: $late"
 grep -Eq "Ask for at least --signal=B:USR1@[0-9]+" <<<"$late" || fail "the warning does not name the lead needed"
 
-# A requeued job whose run had already finished: exit 0, and report.json, metrics.jsonl and the
-# checkpoints stay exactly as the finished run left them.
-before=$(md5sum runs/smoke/report.json runs/smoke/metrics.jsonl runs/smoke/checkpoints/*)
+# The ETA counts the saves still ahead, each blocking as long as this run's have (here 2 s, rank
+# 0's writes stalled), the final one as long as the last, and times the steps without them: at
+# step 6 the saves at 8 and 12 (the final), 4 s, where the window's 2 s save spread over its 2
+# steps said 6; at step 8 its own save and the final one, where the window without a save said 0.
+eta_of() { sed -nE "s/.*step $1\/12 .*ETA ([0-9]+)m([0-9]+)s.*/\1 \2/p" <<<"$saving" | { read -r m s; echo $((m * 60 + s)); }; }
+saving=$(TRIDENT_TEST_SLOW_SAVE=0:2000 "$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 \
+         --set run.name=smoke_saving --set run.max_steps=12 --set run.log_every=2 --set checkpoint.every_steps=4 \
+         --set checkpoint.async=false --set optim.global_batch=64 --set optim.micro_batch=16 2>&1) ||
+  fail "the run with slow saves failed: $saving"
+for step in 6 8; do
+  eta=$(eta_of $step)
+  [ "$eta" -ge 4 ] && [ "$eta" -le 5 ] || fail "step $step's ETA is $eta s, not the 4-5 s of the two saves ahead: $saving"
+done
+
+# A requeued job whose run had already finished: exit 0, and report.json, metrics.jsonl,
+# evaluations.jsonl and the checkpoints stay exactly as the finished run left them.
+before=$(md5sum runs/smoke/report.json runs/smoke/metrics.jsonl runs/smoke/evaluations.jsonl runs/smoke/checkpoints/*)
 again=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke         --set run.max_steps=12 --set run.log_every=4 --set optim.global_batch=64 --set optim.micro_batch=16 2>&1) ||
   fail "resuming a finished run exited $?: $again"
-grep -q "nothing to train: .*step_0000012.h5 is at step 12 of 12" <<<"$again" || fail "no 'nothing to train' line: $again"
-[ "$(md5sum runs/smoke/report.json runs/smoke/metrics.jsonl runs/smoke/checkpoints/*)" = "$before" ] ||
+grep -q "nothing to train: .*step_0000012.h5 is at step 12 of 12; report.json, metrics.jsonl and evaluations.jsonl left as they are" \
+  <<<"$again" || fail "no 'nothing to train' line: $again"
+[ "$(md5sum runs/smoke/report.json runs/smoke/metrics.jsonl runs/smoke/evaluations.jsonl runs/smoke/checkpoints/*)" = "$before" ] ||
   fail "resuming a finished run changed its files"
-# Its last checkpoint resumed into another folder: exit 0 with its test figures, and no report.json
-# or metrics.jsonl there, where a scaling study would read a zero-step run (an empty
+# Its last checkpoint resumed into another folder: exit 0 with its test figures, and no report.json,
+# metrics.jsonl or evaluations.jsonl there, where a scaling study would read a zero-step run (an empty
 # metrics.jsonl was left there, and a line saying report.json was "left as it is").
 other=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke_other \
         --set run.max_steps=12 --set optim.global_batch=64 --set optim.micro_batch=16 \
         --resume runs/smoke/checkpoints/step_0000012.h5 2>&1) || fail "a finished checkpoint in another folder: $other"
-grep -q "nothing to train: .* nothing written to report.json or metrics.jsonl in runs/smoke_other .* test accuracy" <<<"$other" ||
-  fail "no line saying what the other folder gets: $other"
-[ ! -e runs/smoke_other/report.json ] && [ ! -e runs/smoke_other/metrics.jsonl ] ||
-  fail "the other folder got a report.json or metrics.jsonl: $(ls runs/smoke_other)"
+grep -q "nothing to train: .* nothing written to report.json, metrics.jsonl or evaluations.jsonl in runs/smoke_other .* test accuracy" \
+  <<<"$other" || fail "no line saying what the other folder gets: $other"
+[ ! -e runs/smoke_other/report.json ] && [ ! -e runs/smoke_other/metrics.jsonl ] && [ ! -e runs/smoke_other/evaluations.jsonl ] ||
+  fail "the other folder got a report.json, metrics.jsonl or evaluations.jsonl: $(ls runs/smoke_other)"
 # The finished run's own folder without its report.json (killed after its last save): said so,
-# not "raise run.max_steps", and metrics.jsonl kept.
+# not "raise run.max_steps", and metrics.jsonl and evaluations.jsonl kept.
 rm runs/smoke/report.json
-metrics=$(md5sum <runs/smoke/metrics.jsonl)
+metrics=$(md5sum runs/smoke/metrics.jsonl runs/smoke/evaluations.jsonl)
 unreported=$("$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke \
              --set run.max_steps=12 --set optim.global_batch=64 --set optim.micro_batch=16 2>&1) ||
   fail "a finished run without its report.json: $unreported"
-grep -q "nothing to train: .* metrics.jsonl left as it is; runs/smoke has no report.json: the run ended before writing it" \
+grep -q "nothing to train: .* metrics.jsonl and evaluations.jsonl left as they are; runs/smoke has no report.json: the run ended before writing it" \
   <<<"$unreported" || fail "no line saying the report is missing: $unreported"
-[ "$(md5sum <runs/smoke/metrics.jsonl)" = "$metrics" ] || fail "metrics.jsonl changed"
+[ "$(md5sum runs/smoke/metrics.jsonl runs/smoke/evaluations.jsonl)" = "$metrics" ] || fail "metrics.jsonl or evaluations.jsonl changed"
 # A finished run extended (run.max_steps raised) that ends before its own end (here a fault at
 # step 14): its folder no longer holds the earlier end's report.json, which trident report took
 # for this run's; that one is kept as report.previous.json.
