@@ -6,12 +6,28 @@
 
 namespace trident::train {
 
-double signal_lead_seconds() {
-  const char* text = std::getenv("TRIDENT_SIGNAL_LEAD_S");
+namespace {
+// Variable `name` as a positive number; 0 when unset, empty or anything else.
+double positive_number_of(const char* name) {
+  const char* text = std::getenv(name);
   if (!text || !*text) return 0;
   char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  return end && *end == '\0' && std::isfinite(seconds) && seconds > 0 ? seconds : 0;
+  const double number = std::strtod(text, &end);
+  return end && *end == '\0' && std::isfinite(number) && number > 0 ? number : 0;
+}
+}  // namespace
+
+double signal_lead_seconds() { return positive_number_of("TRIDENT_SIGNAL_LEAD_S"); }
+
+double job_end_time() { return positive_number_of("TRIDENT_JOB_END_TIME"); }
+
+std::optional<StopBeforeTheEnd> stop_before_the_end(double end_time, double lead_s, double now, double eta_s,
+                                                    int64_t steps_done, int64_t total_steps) {
+  if (!(end_time > 0)) return std::nullopt;
+  const double stop_in_s = end_time - std::max(lead_s, 0.0) - now;
+  if (!(stop_in_s > 0) || !(eta_s > stop_in_s)) return std::nullopt;
+  const auto ahead = static_cast<double>(total_steps - steps_done);
+  return StopBeforeTheEnd{stop_in_s, steps_done + static_cast<int64_t>(ahead * stop_in_s / eta_s)};
 }
 
 std::string signal_lead_warning(double lead_s, const SafeStop& stop) {

@@ -7,6 +7,8 @@
 // previous checkpoint is lost. The job script passes its N as
 // TRIDENT_SIGNAL_LEAD_S; rank 0 compares it with what it measured and warns once.
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace trident::train {
@@ -25,6 +27,22 @@ struct SafeStop {
 
 // TRIDENT_SIGNAL_LEAD_S in seconds; 0 when unset, empty or not a positive number.
 double signal_lead_seconds();
+
+// TRIDENT_JOB_END_TIME: when the job's time limit ends it, in UNIX seconds (the job scripts take it
+// from squeue at their start); 0 when unset, empty or not a positive number (no limit known).
+double job_end_time();
+
+// A run whose ETA goes past its job's stop signal (`lead_s` before the job's end, `end_time`):
+// the signal comes in `stop_in_s`, at about step `step` (the steps ahead taken to share the ETA
+// evenly, its saves and evaluations included).
+struct StopBeforeTheEnd {
+  double stop_in_s = 0;
+  int64_t step = 0;
+};
+// At step boundary `steps_done` of `total_steps`, `now` in UNIX seconds; none when the run ends
+// before the signal, the end is unknown (0), or the signal's time has passed already.
+std::optional<StopBeforeTheEnd> stop_before_the_end(double end_time, double lead_s, double now, double eta_s,
+                                                    int64_t steps_done, int64_t total_steps);
 
 // The warning for a lead of `lead_s` seconds, naming the lead needed (with a 1.5x margin for
 // slower steps and saves); "" when the lead suffices or is unknown (0).

@@ -591,6 +591,7 @@ class ProgressLog {
                        evaluations_ahead_seconds(s, steps_done, step_s / static_cast<double>(deck.optim.global_batch));
     log::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} samples/s | ETA {}",
               epoch + 1, s.stage.epochs, steps_done, s.stage.total_steps, loss, lr, tally.last_norm, rate, eta_text(eta));
+    warn_if_past_the_job_end(s, steps_done, eta);
     if (metrics_) {
       report::MetricsRecord record{steps_done, epoch, loss, lr, rate, tally.last_norm, {}, {}};
       if (s.stage.scaler) {
@@ -618,6 +619,24 @@ class ProgressLog {
     return per_sample * static_cast<double>(ahead.within_epochs * within + ahead.epoch_ends * split);
   }
 
+  // Once, from the second progress line on (the first window holds the run's warm-up): a run that
+  // will not finish in its job (the job scripts pass its end, TRIDENT_JOB_END_TIME) is said early,
+  // with where the job's stop signal will save it and how much longer a job would need.
+  void warn_if_past_the_job_end(const Trainer::State& s, int64_t steps_done, double eta) {
+    if (job_end_warned_ || ++lines_ < 2) return;
+    const double lead = signal_lead_seconds();
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto stop = stop_before_the_end(job_end_time(), lead, now, eta, steps_done, s.stage.total_steps);
+    if (!stop) return;
+    job_end_warned_ = true;
+    log::warn("this run will not finish in this job: its ETA, {}, goes past the job's stop signal, which comes in {} "
+              "(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S {:g} s), at about step {} of {}. The run saves there and "
+              "exits 3; a requeue or the next job of a chain (jobs/restart_chain.sh) continues from that checkpoint. "
+              "To finish in one job, ask for about {} more (sbatch --time)",
+              eta_text(eta), eta_text(stop->stop_in_s), lead, stop->step, s.stage.total_steps,
+              eta_text(eta - stop->stop_in_s));
+  }
+
   // The saves still ahead at step boundary `steps_done`: each periodic one blocking training as
   // long as this run's have on average (a background save: its start, its copies and its
   // commit), and the final one as long as the last save took from its start to its commit (none
@@ -638,6 +657,8 @@ class ProgressLog {
   int64_t window_steps_ = 0;
   double window_checkpoint_s_;  // s.times.checkpoint when the window began
   int64_t saves_started_ = 0;   // this run's periodic saves
+  int64_t lines_ = 0;           // progress lines this run
+  bool job_end_warned_ = false;
   double evaluation_s_per_sample_ = 0;  // the last evaluation's
 };
 

@@ -47,6 +47,18 @@ for step in 6 8; do
   eta=$(eta_of $step)
   [ "$eta" -ge 4 ] && [ "$eta" -le 5 ] || fail "step $step's ETA is $eta s, not the 4-5 s of the two saves ahead: $saving"
 done
+# A run that will not finish in its job (TRIDENT_JOB_END_TIME, which the job scripts take from
+# squeue: here a minute away, where 100000 steps take several) is told so once, from the second
+# progress line on, with the step its stop signal will save; one without a job end is not. (The
+# run ends by an injected fault at step 30.)
+grep -q "will not finish in this job" <<<"$out" && fail "a run without a job end was told it will not finish: $out"
+long=$(TRIDENT_JOB_END_TIME=$(($(date +%s) + 60)) TRIDENT_SIGNAL_LEAD_S=5 TRIDENT_TEST_FAULT=0:30 "$mpiexec" -n "$np" \
+       "$trident" train /dev/null --set data.path=data/syn.h5 --set run.name=smoke_long --set run.max_steps=100000 \
+       --set run.log_every=10 --set optim.global_batch=64 --set optim.micro_batch=16 2>&1) &&
+  fail "the run with a fault at step 30 exited 0: $long"
+[ "$(grep -c "will not finish in this job" <<<"$long")" = 1 ] || fail "expected one line saying the run will not finish: $long"
+grep -Eq "^\[trident 0\] warning: this run will not finish in this job: its ETA, [0-9hms]+, goes past the job's stop signal, which comes in 0m[0-5][0-9]s \(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S 5 s\), at about step [0-9]+ of 100000\..* ask for about [0-9hms]+ more \(sbatch --time\)" \
+  <<<"$(grep -A1 "step 20/100000" <<<"$long" | tail -1)" || fail "no such line after the second progress line: $long"
 
 # A requeued job whose run had already finished: exit 0, and report.json, metrics.jsonl,
 # evaluations.jsonl and the checkpoints stay exactly as the finished run left them.

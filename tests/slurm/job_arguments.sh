@@ -7,7 +7,8 @@
 #    with 127, not a success that would end a restart chain;
 #  * TRIDENT_MAX_REQUEUE that is not a number: exit 2 before anything starts;
 #  * hybrid.slurm's plan refuses a layout, and ddp_2nodes.slurm's check a bad --set, before the
-#    default deck's data file is made.
+#    default deck's data file is made;
+#  * a run longer than the job's time limit is told so (the job's end passed to trident).
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" job_arguments
 build=$4
 prefix=$work/prefix
@@ -59,5 +60,18 @@ s=$(wait_job "$id" 60)
 grep -q "optim.lr is not a finite number" "$work/fresh_ddp-$id.out" || { show_job "$id"; fail "no message naming optim.lr"; }
 [ ! -e fresh/data ] || { show_job "$id"; fail "ddp_2nodes.slurm made the data for options trident refuses"; }
 echo "ddp_2nodes.slurm, a bad --set: exit 2, no data made"
+
+# A job whose time limit (here 4 minutes, its stop signal 2 before) ends before its run would: the
+# script passes the job's end from squeue (TRIDENT_JOB_END_TIME), and trident says, at its second
+# progress line, that the run will not finish in this job and where its stop signal will save it;
+# then the job is cancelled.
+# shellcheck disable=SC2046
+id=$(TRIDENT=$prefix/bin/trident sbatch --parsable --ntasks-per-node=1 --time=4 --output="$work/limit-%j.out" "$script" \
+       $(tiny_args 10000000) --set run.output_dir="$work/limit")
+wait_for_line "$work/limit-$id.out" "will not finish in this job" 120
+scancel "$id"
+grep -Eq "warning: this run will not finish in this job: .*, which comes in [01]m[0-9]{2}s \(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S 120 s\)" \
+  "$work/limit-$id.out" || { show_job "$id"; fail "the line does not say the signal comes within the 2 minutes before it"; }
+echo "a run longer than its job's time limit: said so ($(grep -o "at about step [0-9]* of 10000000" "$work/limit-$id.out"))"
 echo "after $(elapsed)"
 echo PASS

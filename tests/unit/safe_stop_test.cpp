@@ -1,6 +1,6 @@
 // A job's signal lead (TRIDENT_SIGNAL_LEAD_S, the job script's --signal=B:USR1@N) against what a
 // stop takes here (a step, or an evaluation's stretch between checks for a signal, and a save):
-// warned when too short, with the lead to ask for.
+// warned when too short, with the lead to ask for; and a run whose ETA goes past its job's end.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -58,4 +58,30 @@ TEST(SafeStop, LeadFromTheEnvironment) {
   }
   unsetenv("TRIDENT_SIGNAL_LEAD_S");
   EXPECT_EQ(signal_lead_seconds(), 0.0);
+}
+
+TEST(SafeStop, JobEndFromTheEnvironment) {
+  setenv("TRIDENT_JOB_END_TIME", "1796250000", 1);
+  EXPECT_EQ(job_end_time(), 1796250000.0);
+  for (const char* bad : {"", "Unknown", "2026-12-02T23:40:00", "-1"}) {
+    setenv("TRIDENT_JOB_END_TIME", bad, 1);
+    EXPECT_EQ(job_end_time(), 0.0) << bad;
+  }
+  unsetenv("TRIDENT_JOB_END_TIME");
+  EXPECT_EQ(job_end_time(), 0.0);
+}
+
+TEST(SafeStop, ARunPastItsJobsStopSignalIsToldWhereItStops) {
+  // A job ending at 10000 with its signal 120 s before; at 8000 s, step 1000 of 5000 with 4000 s
+  // ahead: the signal in 1880 s, 1880/4000 of the 4000 steps ahead, about step 2880.
+  const auto stop = stop_before_the_end(10000, 120, 8000, 4000, 1000, 5000);
+  ASSERT_TRUE(stop.has_value());
+  EXPECT_DOUBLE_EQ(stop->stop_in_s, 1880.0);
+  EXPECT_EQ(stop->step, 2880);
+  // Finishing before the signal, with no end known, or with the signal's time already passed: none.
+  EXPECT_FALSE(stop_before_the_end(10000, 120, 8000, 1800, 1000, 5000).has_value());
+  EXPECT_FALSE(stop_before_the_end(0, 120, 8000, 4000, 1000, 5000).has_value());
+  EXPECT_FALSE(stop_before_the_end(10000, 120, 9950, 4000, 1000, 5000).has_value());
+  // No lead known: the job's end itself.
+  EXPECT_DOUBLE_EQ(stop_before_the_end(10000, 0, 8000, 4000, 1000, 5000)->stop_in_s, 2000.0);
 }
