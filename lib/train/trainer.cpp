@@ -430,10 +430,11 @@ void log_layout(const Trainer::State& s) {
 }
 
 // A requeued job whose run had already finished: the checkpoint holds the trained model and
-// report.json, metrics.jsonl and evaluations.jsonl describe that run. Rewriting them from zero steps would put zero
-// throughput and no losses where the real figures are; evaluate and leave them be. A finished
-// checkpoint resumed into another folder (to evaluate it at another layout, or by mistake) writes
-// no report.json, metrics.jsonl or evaluations.jsonl there either: a scaling study would read a zero-step run.
+// report.json, metrics.jsonl and evaluations.jsonl describe that run. Rewriting them from zero
+// steps would put zero throughput and no losses where the real figures are; evaluate and leave
+// them be. A finished checkpoint resumed into another folder (to evaluate it at another layout,
+// or by mistake) writes no report.json, metrics.jsonl or evaluations.jsonl there either: a
+// scaling study would read a zero-step run.
 // One killed during its last evaluation (after the final save) left report.pending.json: that
 // evaluation, done here, completes it into report.json.
 Result already_trained(Trainer::State& s) {
