@@ -8,7 +8,8 @@
 #  * TRIDENT_MAX_REQUEUE that is not a number: exit 2 before anything starts;
 #  * hybrid.slurm's plan refuses a layout, and ddp_2nodes.slurm's check a bad --set, before the
 #    default deck's data file is made;
-#  * a run longer than the job's time limit is told so (the job's end passed to trident).
+#  * a run longer than the job's time limit is told so (the job's end passed to trident), and
+#    the job cancelled with scancel saves and ends, without requeueing itself.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" job_arguments
 build=$4
 prefix=$work/prefix
@@ -69,9 +70,26 @@ echo "ddp_2nodes.slurm, a bad --set: exit 2, no data made"
 id=$(TRIDENT=$prefix/bin/trident sbatch --parsable --ntasks-per-node=1 --time=4 --output="$work/limit-%j.out" "$script" \
        $(tiny_args 10000000) --set run.output_dir="$work/limit")
 wait_for_line "$work/limit-$id.out" "will not finish in this job" 120
-scancel "$id"
 grep -Eq "warning: this run will not finish in this job: .*, which comes in [01]m[0-9]{2}s \(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S 120 s\)" \
   "$work/limit-$id.out" || { show_job "$id"; fail "the line does not say the signal comes within the 2 minutes before it"; }
 echo "a run longer than its job's time limit: said so ($(grep -o "at about step [0-9]* of 10000000" "$work/limit-$id.out"))"
+# Then the user cancels it: the ranks save (SIGTERM) and the job ends CANCELLED, not requeued
+# (a requeue would start the cancelled job again). Waited for until the job has left the running
+# and completing states: the ranks write to the run's folder as they stop.
+scancel "$id"
+deadline=$((SECONDS + 60))
+until [ -z "$(squeue -h -j "$id" -t R,CG 2>/dev/null)" ]; do
+  [ $SECONDS -lt $deadline ] || { show_job "$id"; fail "job $id still running 60 s after scancel"; }
+  sleep 0.2
+done
+grep -q "trident job: cancelled (scancel); not requeued" "$work/limit-$id.out" \
+  || { show_job "$id"; fail "the cancelled job does not say it was cancelled and not requeued"; }
+state=$(field "$id" JobState) restarts=$(field "$id" Restarts)
+if [ "$state" != CANCELLED ] || [ "$restarts" != 0 ]; then
+  show_job "$id"
+  fail "the cancelled job is $state after $restarts restarts, not CANCELLED after 0"
+fi
+[ -e "$work/limit/checkpoints/latest" ] || { show_job "$id"; fail "the cancelled job left no checkpoint"; }
+echo "scancel: saved, ended CANCELLED, not requeued"
 echo "after $(elapsed)"
 echo PASS
