@@ -199,7 +199,16 @@ EOF
   for n in $(seq "$NODES"); do
     echo "NodeName=node$n NodeHostname=node$n NodeAddr=127.0.10.$n Port=$((PORT + 10 + n)) CPUs=$cpus RealMemory=$mem State=UNKNOWN" >>"$CONF"
   done
-  echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
+  # Preemption by partition, as at many sites (tests/slurm/preempt_sigterm.sh): a job of `high`
+  # preempts the default partition's jobs (cancelled: PreemptMode=CANCEL) and `requeue`'s (which
+  # Slurm requeues itself). Jobs of one partition never preempt each other.
+  cat >>"$CONF" <<EOF
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=requeue Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+EOF
   echo "export SLURM_CONF=$CONF" >"$STATE/env.sh"
   export SLURM_CONF=$CONF
 

@@ -92,6 +92,15 @@ expect_completed() {  # ID SECONDS [what]
   fi
 }
 
+wait_ended() {  # ID SECONDS: until the job has left the running and completing states (its ranks
+  # write to the run's folder as they stop, after scancel has returned)
+  local deadline=$((SECONDS + $2))
+  until [ -z "$(timeout 10 squeue -h -j "$1" -t R,CG 2>/dev/null)" ]; do
+    [ $SECONDS -lt $deadline ] || { show_job "$1"; fail "job $1 still running $2 s later"; }
+    sleep 0.2
+  done
+}
+
 wait_for_line() {  # FILE REGEX SECONDS: until FILE has a line matching REGEX
   local deadline=$((SECONDS + $3))
   until grep -qE "$2" "$1" 2>/dev/null; do

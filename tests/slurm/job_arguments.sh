@@ -77,11 +77,7 @@ echo "a run longer than its job's time limit: said so ($(grep -o "at about step 
 # (a requeue would start the cancelled job again). Waited for until the job has left the running
 # and completing states: the ranks write to the run's folder as they stop.
 scancel "$id"
-deadline=$((SECONDS + 60))
-until [ -z "$(squeue -h -j "$id" -t R,CG 2>/dev/null)" ]; do
-  [ $SECONDS -lt $deadline ] || { show_job "$id"; fail "job $id still running 60 s after scancel"; }
-  sleep 0.2
-done
+wait_ended "$id" 60
 grep -q "trident job: cancelled (scancel); not requeued" "$work/limit-$id.out" \
   || { show_job "$id"; fail "the cancelled job does not say it was cancelled and not requeued"; }
 state=$(field "$id" JobState) restarts=$(field "$id" Restarts)

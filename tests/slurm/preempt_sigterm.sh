@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# preempt_sigterm.sh STATE SOURCE_DIR TRIDENT: what jobs/ddp_2nodes.slurm does when Slurm ends
+# its job with SIGTERM, which is what a preemption and scancel both send (the time limit's
+# SIGUSR1 is preempt_requeue.sh's). On the test cluster (cluster.sh) a job of partition `high`
+# preempts the jobs of the default partition (PreemptMode=CANCEL) and of `requeue`
+# (PreemptMode=REQUEUE).
+#  * preempted, PreemptMode=CANCEL: trident saves and exits 3, the script requeues the job, and
+#    its second start resumes from that checkpoint;
+#  * that job cancelled then (scancel): it saves and ends CANCELLED, not requeued again;
+#  * preempted, PreemptMode=REQUEUE: Slurm requeues the job itself; the script says so and does
+#    not requeue it a second time, and the second start resumes.
+source "$(dirname "$0")/common.sh" "$1" "$2" "$3" preempt_sigterm
+export TRIDENT=$trident
+
+long_run() {  # PARTITION NAME: a run far longer than the test, alone on both nodes
+  # shellcheck disable=SC2046
+  sbatch --parsable --partition="$1" --nodes=2 --ntasks-per-node=1 --exclusive --output="$work/$2-%j.out" \
+    "$src/jobs/ddp_2nodes.slurm" $(tiny_args 10000000) --set run.output_dir="$work/$2"
+}
+preempt() {  # a job of partition `high` on both nodes: it preempts what runs there
+  sbatch --parsable --partition=high --nodes=2 --exclusive --output=/dev/null --wrap "sleep 1" >/dev/null
+}
+# preempted_and_resumed PARTITION NAME LINE: a long run in PARTITION, preempted at step 20; its
+# job log says LINE, then the job starts again, resumes and trains. Sets id and out.
+preempted_and_resumed() {
+  id=$(long_run "$1" "$2")
+  out=$work/$2-$id.out
+  wait_for_line "$out" "step 20/" 60
+  preempt
+  wait_for_line "$out" "$3" 90
+  wait_for_line "$out" "resuming from $work/$2/checkpoints/step_" 120
+  local deadline=$((SECONDS + 120))
+  until sed -n '/(restart 1)/,$p' "$out" | grep -qE "step [0-9]+/10000000"; do
+    [ $SECONDS -lt $deadline ] || fail "no progress line in $out since the restart"
+    sleep 0.2
+  done
+}
+
+preempted_and_resumed debug cancel_mode "trident job: stopped by a signal; requeueing \(restart 1 of at most 3\)"
+echo "PreemptMode=CANCEL: saved, requeued by the script, resumed ($(elapsed))"
+scancel "$id"
+wait_ended "$id" 60
+grep -q "trident job: cancelled (scancel); not requeued" "$out" || { show_job "$id"; fail "the cancelled job does not say it is not requeued"; }
+state=$(field "$id" JobState) restarts=$(field "$id" Restarts)
+if [ "$state" != CANCELLED ] || [ "$restarts" != 1 ]; then
+  show_job "$id"
+  fail "the job cancelled after its requeue is $state after $restarts restarts, not CANCELLED after 1"
+fi
+echo "then scancel: saved, CANCELLED, not requeued again ($(elapsed))"
+
+preempted_and_resumed requeue requeue_mode "trident job: stopped by a signal; Slurm requeues the job itself \(a preemption\)"
+grep -q "requeueing (restart" "$out" && { show_job "$id"; fail "the script requeued a job Slurm had requeued"; }
+[ "$(field "$id" Restarts)" = 1 ] || { show_job "$id"; fail "Restarts=$(field "$id" Restarts), expected 1"; }
+echo "PreemptMode=REQUEUE: saved, requeued by Slurm alone, resumed ($(elapsed))"
+scancel "$id"
+wait_ended "$id" 60
+echo PASS
