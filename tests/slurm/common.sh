@@ -92,13 +92,18 @@ expect_completed() {  # ID SECONDS [what]
   fi
 }
 
-wait_ended() {  # ID SECONDS: until the job has left the running and completing states (its ranks
-  # write to the run's folder as they stop, after scancel has returned)
-  local deadline=$((SECONDS + $2))
-  until [ -z "$(timeout 10 squeue -h -j "$1" -t R,CG 2>/dev/null)" ]; do
-    [ $SECONDS -lt $deadline ] || { show_job "$1"; fail "job $1 still running $2 s later"; }
-    sleep 0.2
-  done
+expect_cancelled() {  # ID RESTARTS: a job scancel stopped saved and ended CANCELLED after RESTARTS
+  # restarts, not requeued (wait_job: the final state comes once its ranks, which write to the
+  # run's folder as they stop, have ended)
+  local s out restarts
+  s=$(wait_job "$1" 60) || { show_job "$1"; fail "job $1 did not end within 60 s of scancel (requeued?): $s"; }
+  out=$(field "$1" StdOut) restarts=$(field "$1" Restarts)
+  grep -q "trident job: cancelled (scancel); not requeued" "$out" \
+    || { show_job "$1"; fail "the cancelled job $1 does not say it was cancelled and not requeued"; }
+  if [ "$s" != CANCELLED ] || [ "$restarts" != "$2" ]; then
+    show_job "$1"
+    fail "the cancelled job $1 is $s after $restarts restarts, not CANCELLED after $2"
+  fi
 }
 
 wait_for_line() {  # FILE REGEX SECONDS: until FILE has a line matching REGEX
