@@ -201,12 +201,15 @@ EOF
   done
   # Preemption by partition, as at many sites (tests/slurm/preempt_sigterm.sh): a job of `high`
   # preempts the default partition's jobs (cancelled: PreemptMode=CANCEL) and `requeue`'s (which
-  # Slurm requeues itself). Jobs of one partition never preempt each other.
+  # Slurm requeues itself); `grace` and `grace_requeue` are the same two with a grace time, in
+  # which Slurm signals the job's tasks and waits. Jobs of one partition never preempt each other.
   cat >>"$CONF" <<EOF
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName=requeue Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=grace Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=15
+PartitionName=grace_requeue Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=15
 PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
   echo "export SLURM_CONF=$CONF" >"$STATE/env.sh"

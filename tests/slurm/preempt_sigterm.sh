@@ -2,13 +2,16 @@
 # preempt_sigterm.sh STATE SOURCE_DIR TRIDENT: what jobs/ddp_2nodes.slurm does when Slurm ends
 # its job with SIGTERM, which is what a preemption and scancel both send (the time limit's
 # SIGUSR1 is preempt_requeue.sh's). On the test cluster (cluster.sh) a job of partition `high`
-# preempts the jobs of the default partition (PreemptMode=CANCEL) and of `requeue`
-# (PreemptMode=REQUEUE).
+# preempts the jobs of the default partition (PreemptMode=CANCEL), of `requeue`
+# (PreemptMode=REQUEUE), and of `grace` and `grace_requeue` (the same two with GraceTime=15).
 #  * preempted, PreemptMode=CANCEL: trident saves and exits 3, the script requeues the job, and
 #    its second start resumes from that checkpoint;
 #  * that job cancelled then (scancel): it saves and ends CANCELLED, not requeued again;
 #  * preempted, PreemptMode=REQUEUE: Slurm requeues the job itself; the script says so and does
-#    not requeue it a second time, and the second start resumes.
+#    not requeue it a second time, and the second start resumes;
+#  * preempted with a GraceTime, in either mode: Slurm signals the ranks only, not the script,
+#    and requeues nothing until the grace ends; the script requeues the job, which resumes and
+#    is not ended when that grace time runs out.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" preempt_sigterm
 export TRIDENT=$trident
 
@@ -27,6 +30,7 @@ preempted_and_resumed() {
   out=$work/$2-$id.out
   wait_for_line "$out" "step 20/" 60
   preempt
+  preempted_at=$SECONDS
   wait_for_line "$out" "$3" 90
   wait_for_line "$out" "resuming from $work/$2/checkpoints/step_" 120
   local deadline=$((SECONDS + 120))
@@ -48,4 +52,21 @@ grep -q "requeueing (restart" "$out" && { show_job "$id"; fail "the script reque
 echo "PreemptMode=REQUEUE: saved, requeued by Slurm alone, resumed ($(elapsed))"
 scancel "$id"
 expect_cancelled "$id" 1
+
+for partition in grace grace_requeue; do
+  preempted_and_resumed $partition $partition "trident job: stopped by a signal; requeueing \(restart 1 of at most 3\)"
+  # The grace (15 s) ends after the requeue: Slurm must leave the restarted job running.
+  sleep $((preempted_at + 20 - SECONDS > 0 ? preempted_at + 20 - SECONDS : 0))
+  [ "$(field "$id" JobState)" = RUNNING ] && [ "$(field "$id" Restarts)" = 1 ] \
+    || { show_job "$id"; fail "$partition: the requeued job is not running with 1 restart once the grace time has passed"; }
+  lines=$(grep -cE "step [0-9]+/10000000" "$out")
+  deadline=$((SECONDS + 30))
+  until [ "$(grep -cE "step [0-9]+/10000000" "$out")" -gt "$lines" ]; do
+    [ $SECONDS -lt $deadline ] || fail "$partition: no progress line in $out after the grace time"
+    sleep 0.2
+  done
+  echo "$partition (GraceTime=15): saved, requeued by the script, resumed, still running after the grace ($(elapsed))"
+  scancel "$id"
+  expect_cancelled "$id" 1
+done
 echo PASS
