@@ -16,7 +16,9 @@
 # link that finishes the training (exit 0) cancels the rest of the chain; so does what no retry
 # can fix: bad input (exit 2: a deck, a layout the plan refuses, no trident) or a diverged run
 # (exit 4). All links share one job name (trident-chain-<date>-<time>-<pid>), which
-# is how a link finds the rest of its chain.
+# is how a link finds the rest of its chain. From its second progress line, a link that will stop
+# at its limit says which later link finishes the run at its rate, or warns how many links the
+# chain lacks.
 #
 # Prints the job ids, one per line (the first line is the first link).
 set -euo pipefail
@@ -57,11 +59,12 @@ for ((k = 1; k <= links; k++)); do
   # TRIDENT_CHAIN tells the job script it is a link: a stop passes to the next link instead of
   # requeueing (unless TRIDENT_MAX_REQUEUE says otherwise), and a finished run ends the chain.
   # TRIDENT_CHAIN_LINK: a link after the first goes on with the run's own checkpoints, not a
-  # --resume PATH or never given to the chain. TRIDENT_CHAIN_PREVIOUS_JOB: the link before, which
+  # --resume PATH or never given to the chain; with TRIDENT_CHAIN_LINKS, trident says early whether
+  # the links left finish the run at its rate. TRIDENT_CHAIN_PREVIOUS_JOB: the link before, which
   # has ended when this one starts: a run-folder lock it still holds is a failed node's (trident
   # waits run.requeue_lock_wait_s for it instead of refusing the folder).
   # ${a[@]+"${a[@]}"}: an array that may be empty, which bash before 4.4 calls unbound (set -u).
-  previous=$(sbatch --parsable --job-name="$name" --signal="B:USR1@$signal_s" --export="ALL,TRIDENT_CHAIN=1,TRIDENT_CHAIN_LINK=$k,TRIDENT_CHAIN_PREVIOUS_JOB=$previous,TRIDENT_SIGNAL_LEAD_S=$signal_s" \
+  previous=$(sbatch --parsable --job-name="$name" --signal="B:USR1@$signal_s" --export="ALL,TRIDENT_CHAIN=1,TRIDENT_CHAIN_LINK=$k,TRIDENT_CHAIN_LINKS=$links,TRIDENT_CHAIN_PREVIOUS_JOB=$previous,TRIDENT_SIGNAL_LEAD_S=$signal_s" \
                     ${dependency[@]+"${dependency[@]}"} ${sbatch_args[@]+"${sbatch_args[@]}"} "$script" "$@") || {
     # No half chain: the links already submitted are cancelled.
     echo "restart_chain.sh: sbatch failed at link $k; cancelling the ${#submitted[@]} link(s) already submitted" >&2

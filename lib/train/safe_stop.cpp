@@ -21,6 +21,21 @@ double signal_lead_seconds() { return positive_number_of("TRIDENT_SIGNAL_LEAD_S"
 
 double job_end_time() { return positive_number_of("TRIDENT_JOB_END_TIME"); }
 
+double job_time_limit_seconds() { return positive_number_of("TRIDENT_JOB_TIME_LIMIT_S"); }
+
+ChainLinks chain_links() {
+  const double link = positive_number_of("TRIDENT_CHAIN_LINK"), links = positive_number_of("TRIDENT_CHAIN_LINKS");
+  const bool whole = link == std::floor(link) && links == std::floor(links) && links < 1e9;
+  if (!whole || !(link >= 1) || link > links) return {};
+  return {static_cast<int64_t>(link), static_cast<int64_t>(links)};
+}
+
+ChainOutlook chain_outlook(double rest_s, double time_limit_s, double lead_s, double startup_s) {
+  const double per_link_s = time_limit_s - std::max(lead_s, 0.0) - std::max(startup_s, 0.0);
+  if (!(per_link_s > 0)) return {per_link_s, -1};
+  return {per_link_s, static_cast<int64_t>(std::ceil(std::max(rest_s, 0.0) / per_link_s))};
+}
+
 std::optional<StopBeforeTheEnd> stop_before_the_end(double end_time, double lead_s, double now, double eta_s,
                                                     int64_t steps_done, int64_t total_steps) {
   if (!(end_time > 0)) return std::nullopt;

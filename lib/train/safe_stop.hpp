@@ -5,7 +5,8 @@
 // save in flight, and saves (exit 3).
 // If that plus a save take longer than N, the job is killed mid-save and the work since the
 // previous checkpoint is lost. The job script passes its N as
-// TRIDENT_SIGNAL_LEAD_S; rank 0 compares it with what it measured and warns once.
+// TRIDENT_SIGNAL_LEAD_S; rank 0 compares it with what it measured and warns once. It also says
+// early when the run will not end within its job (TRIDENT_JOB_END_TIME), or its restart chain.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -43,6 +44,29 @@ struct StopBeforeTheEnd {
 // before the signal, the end is unknown (0), or the signal's time has passed already.
 std::optional<StopBeforeTheEnd> stop_before_the_end(double end_time, double lead_s, double now, double eta_s,
                                                     int64_t steps_done, int64_t total_steps);
+
+// TRIDENT_JOB_TIME_LIMIT_S: the job's time limit in seconds (the job scripts take it from squeue,
+// its end less its start); 0 when unset, empty or not a positive number.
+double job_time_limit_seconds();
+
+// This job's place in a restart chain: jobs/restart_chain.sh passes TRIDENT_CHAIN_LINK (k, from 1)
+// and TRIDENT_CHAIN_LINKS (N). `links` is 0 outside a chain, or when either is not a whole number
+// with 1 <= k <= N.
+struct ChainLinks {
+  int64_t link = 0, links = 0;
+  int64_t after() const { return links - link; }  // the links still to come after this one
+};
+ChainLinks chain_links();
+
+// What the rest of a run (`rest_s` past this job's stop signal) takes in the links after this
+// one. Each link asks for this job's time limit (`time_limit_s`, the chain passes every link the
+// same sbatch options) and trains for it less its start-up (`startup_s`, taken as this job's:
+// MPI, the data, the checkpoint's read) and the signal's lead (`lead_s`, which covers its save).
+struct ChainOutlook {
+  double per_link_s = 0;     // the training time of one link
+  int64_t links_needed = 0;  // the links the rest takes; -1 when a link cannot train at all
+};
+ChainOutlook chain_outlook(double rest_s, double time_limit_s, double lead_s, double startup_s);
 
 // The warning for a lead of `lead_s` seconds, naming the lead needed (with a 1.5x margin for
 // slower steps and saves); "" when the lead suffices or is unknown (0).

@@ -630,12 +630,49 @@ class ProgressLog {
     const auto stop = stop_before_the_end(job_end_time(), lead, now, eta, steps_done, s.stage.total_steps);
     if (!stop) return;
     job_end_warned_ = true;
+    const ChainLinks chain = chain_links();
+    const double limit = job_time_limit_seconds();
+    if (chain.links > 0 && limit > 0) return tell_the_chain(s, chain, limit, lead, eta, *stop);
     log::warn("this run will not finish in this job: its ETA, {}, goes past the job's stop signal, which comes in {} "
               "(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S {:g} s), at about step {} of {}. The run saves there and "
               "exits 3; a requeue or the next job of a chain (jobs/restart_chain.sh) continues from that checkpoint. "
               "To finish in one job, ask for about {} more (sbatch --time)",
               eta_text(eta), eta_text(stop->stop_in_s), lead, stop->step, s.stage.total_steps,
               eta_text(eta - stop->stop_in_s));
+  }
+
+  // A link of a restart chain stops at its time limit by design: the chain is what must finish the
+  // run. Said once, as a line when the links after this one are enough at this rate (which of them
+  // finishes it), as a warning with the links missing when they are not.
+  void tell_the_chain(const Trainer::State& s, const ChainLinks& chain, double limit, double lead, double eta,
+                      const StopBeforeTheEnd& stop) {
+    const double startup = s.goodput ? s.goodput->record().startup_s : 0.0;
+    const double rest = eta - stop.stop_in_s;
+    const ChainOutlook outlook = chain_outlook(rest, limit, lead, startup);
+    const std::string where = fmt::format(
+        "its ETA, {}, goes past this job's stop signal, which comes in {} (TRIDENT_JOB_END_TIME less "
+        "TRIDENT_SIGNAL_LEAD_S {:g} s), at about step {} of {}",
+        eta_text(eta), eta_text(stop.stop_in_s), lead, stop.step, s.stage.total_steps);
+    const std::string per_link = fmt::format("the job's --time {} less its start-up {} and the signal's lead {:g} s",
+                                             eta_text(limit), eta_text(startup), lead);
+    if (outlook.links_needed < 0) {
+      log::warn("this restart chain (link {} of {}) will not finish the run: {}, and a link after it trains nothing "
+                "({}). Ask for a longer --time",
+                chain.link, chain.links, where, per_link);
+    } else if (outlook.links_needed <= chain.after()) {
+      log::info("link {} of {} of a restart chain: {}. The next link continues from that checkpoint; at this rate "
+                "link {} finishes the run (each link trains about {}: {}) and cancels the links left",
+                chain.link, chain.links, where, chain.link + std::max<int64_t>(outlook.links_needed, 1),
+                eta_text(outlook.per_link_s), per_link);
+    } else {
+      const int64_t missing = outlook.links_needed - chain.after();
+      log::warn("this restart chain will not finish the run: {}, and its {} link(s) after this one train about {} "
+                "each ({}), {} in all, for the {} the run needs after this job. About {} more link(s) are needed: "
+                "when this chain has ended, submit jobs/restart_chain.sh -n {} with the same arguments (it continues "
+                "from the checkpoints), or ask for a longer --time",
+                where, chain.after(), eta_text(outlook.per_link_s), per_link,
+                eta_text(outlook.per_link_s * static_cast<double>(chain.after())), eta_text(rest), missing, missing);
+    }
   }
 
   // The saves still ahead at step boundary `steps_done`: each periodic one blocking training as

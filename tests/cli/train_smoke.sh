@@ -59,6 +59,41 @@ long=$(TRIDENT_JOB_END_TIME=$(($(date +%s) + 60)) TRIDENT_SIGNAL_LEAD_S=5 TRIDEN
 [ "$(grep -c "will not finish in this job" <<<"$long")" = 1 ] || fail "expected one line saying the run will not finish: $long"
 grep -Eq "^\[trident 0\] warning: this run will not finish in this job: its ETA, [0-9hms]+, goes past the job's stop signal, which comes in 0m[0-5][0-9]s \(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S 5 s\), at about step [0-9]+ of 100000\..* ask for about [0-9hms]+ more \(sbatch --time\)" \
   <<<"$(grep -A1 "step 20/100000" <<<"$long" | tail -1)" || fail "no such line after the second progress line: $long"
+# The same run as link 1 of 3 of a restart chain (jobs/restart_chain.sh passes TRIDENT_CHAIN_LINK,
+# TRIDENT_CHAIN_LINKS; the job scripts TRIDENT_JOB_TIME_LIMIT_S from squeue). Each later link trains
+# its 65 s less the 5 s lead and this run's start-up (goodput.jsonl's startup_s), about 60 s: two
+# are far short of the rest, and the warning names the links missing, ceil(rest / per link) - 2.
+# With 100000 s links, the next link finishes it: one line, not a warning.
+chain_run() {  # NAME TIME_LIMIT_S
+  TRIDENT_CHAIN_LINK=1 TRIDENT_CHAIN_LINKS=3 TRIDENT_JOB_TIME_LIMIT_S=$2 TRIDENT_JOB_END_TIME=$(($(date +%s) + 60)) \
+    TRIDENT_SIGNAL_LEAD_S=5 TRIDENT_TEST_FAULT=0:30 "$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 \
+    --set run.name="$1" --set run.max_steps=100000 --set run.log_every=10 --set optim.global_batch=64 \
+    --set optim.micro_batch=16 2>&1
+}
+seconds_of() { sed -E 's/^([0-9]+)h([0-9]+)m$/\1 \2 0/; s/^([0-9]+)m([0-9]+)s$/0 \1 \2/' <<<"$1" | { read -r h m s; echo $((h * 3600 + m * 60 + s)); }; }
+short=$(chain_run smoke_chain_short 65) && fail "the chain's run with a fault at step 30 exited 0: $short"
+line=$(grep -A1 "step 20/100000" <<<"$short" | tail -1)
+grep -q "will not finish in this job" <<<"$short" && fail "a chain's link was told to finish in its job: $short"
+[ "$(grep -c "this restart chain will not finish the run" <<<"$short")" = 1 ] || fail "expected one chain warning: $short"
+pattern="^\[trident 0\] warning: this restart chain will not finish the run: its ETA, [0-9hms]+, goes past this job's stop signal, which comes in 0m[0-5][0-9]s .*, and its 2 link\(s\) after this one train about ([0-9hms]+) each \(the job's --time 1m05s less its start-up [0-9hms]+ and the signal's lead 5 s\), [0-9hms]+ in all, for the ([0-9hms]+) the run needs after this job\. About ([0-9]+) more link\(s\) are needed: .*jobs/restart_chain.sh -n \3 "
+[[ $line =~ $pattern ]] || fail "no chain warning after the second progress line: $short"
+per=$(seconds_of "${BASH_REMATCH[1]}") rest=$(seconds_of "${BASH_REMATCH[2]}") missing=${BASH_REMATCH[3]}
+startup=$(grep -o '"startup_s":[0-9.e-]*' runs/smoke_chain_short/goodput.jsonl | tail -1 | cut -d: -f2)
+python3 - "$per" "$rest" "$missing" "$startup" <<'PY' || fail "the chain warning's figures do not add up: $line"
+import math, sys
+per, rest, missing, startup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+assert abs(per - (65 - 5 - startup)) <= 1, (per, startup)
+# (per and rest are printed to the second: within that of a whole number of links, the count may
+# round either way)
+near_whole = abs(rest / per - round(rest / per)) * per < 2
+assert missing == math.ceil(rest / per) - 2 or (near_whole and abs(missing - (round(rest / per) - 2)) <= 1), (per, rest, missing)
+assert missing >= 1, missing
+PY
+echo "a chain 2 links short: ${per} s a link, ${rest} s to go, $missing more link(s) named"
+enough=$(chain_run smoke_chain_enough 100000) && fail "the chain's run with a fault at step 30 exited 0: $enough"
+grep -q "warning" <<<"$enough" && fail "a chain that finishes the run was warned: $enough"
+grep -A1 "step 20/100000" <<<"$enough" | tail -1 | grep -Eq "^\[trident 0\] link 1 of 3 of a restart chain: its ETA, .*at this rate link 2 finishes the run \(each link trains about 27h4[56]m: the job's --time 27h46m less .*\) and cancels the links left$" \
+  || fail "no line saying which link finishes the run: $enough"
 
 # A requeued job whose run had already finished: exit 0, and report.json, metrics.jsonl,
 # evaluations.jsonl and the checkpoints stay exactly as the finished run left them.

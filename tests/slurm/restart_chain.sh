@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # restart_chain.sh STATE SOURCE_DIR TRIDENT: jobs/restart_chain.sh -n 3. The first link is
 # stopped by SIGUSR1 (as a time limit's warning signal would), checkpoints and exits 3 without
-# requeueing; the second link (afterany) resumes and finishes; the third is cancelled. Then a
+# requeueing; the second link (afterany) resumes and finishes; the third is cancelled. A chain too
+# short for its run says so in its first link. Then a
 # chain of hybrid.slurm jobs (-j hybrid.slurm: the name of a script next to restart_chain.sh) with a
 # layout its plan refuses: the first link cancels the second; and one whose plan faults (exit 1):
 # the second runs.
@@ -24,6 +25,23 @@ s=$(wait_job "${ids[2]}" 30)
 [ "$s" = CANCELLED ] || { show_job "${ids[2]}"; fail "link 3 ended $s, expected CANCELLED by link 2"; }
 [ -n "$(final_loss "$work/run/metrics.jsonl" $steps)" ] || fail "the chain did not reach step $steps"
 echo "link 1 exit 3, link 2 resumed and finished, link 3 cancelled, after $(elapsed)"
+
+# A chain too short for its run: 3 links of 4 minutes for 10,000,000 steps. Link 1 says so from
+# its second progress line, with the links after it (2) and the time limit each has (4 minutes,
+# which the job script took from squeue); then the whole chain is cancelled.
+# shellcheck disable=SC2046
+mapfile -t short < <("$src/jobs/restart_chain.sh" -n 3 --time=4 --ntasks-per-node=1 --output="$work/short-%j.out" \
+                       -- $(tiny_args 10000000) --set run.output_dir="$work/short")
+[ ${#short[@]} = 3 ] || fail "restart_chain.sh printed ${#short[@]} job ids, expected 3"
+wait_for_line "$work/short-${short[0]}.out" "this restart chain will not finish the run" 120
+grep -Eq "warning: this restart chain will not finish the run: .*, and its 2 link\(s\) after this one train about [0-9]m[0-9]{2}s each \(the job's --time 4m00s less its start-up .*About [0-9]+ more link\(s\) are needed" \
+  "$work/short-${short[0]}.out" || { show_job "${short[0]}"; fail "link 1 of a short chain does not say how many links it lacks"; }
+scancel "${short[@]}"
+for link in 0 1 2; do
+  s=$(wait_job "${short[link]}" 60)
+  [ "$s" = CANCELLED ] || { show_job "${short[link]}"; fail "the short chain's link $((link + 1)) ended $s after scancel, expected CANCELLED"; }
+done
+echo "a chain too short: link 1 said how many links it lacks; cancelled ($(elapsed))"
 
 # A layout the allocation cannot hold (3 pipeline stages on 2 ranks): hybrid.slurm's plan refuses
 # it (exit 2) before any rank starts, and the rest of the chain is cancelled then, not started

@@ -1,9 +1,12 @@
 // A job's signal lead (TRIDENT_SIGNAL_LEAD_S, the job script's --signal=B:USR1@N) against what a
 // stop takes here (a step, or an evaluation's stretch between checks for a signal, and a save):
-// warned when too short, with the lead to ask for; and a run whose ETA goes past its job's end.
+// warned when too short, with the lead to ask for; a run whose ETA goes past its job's end, and
+// whether the links after a restart chain's job finish it.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "train/safe_stop.hpp"
 
@@ -84,4 +87,43 @@ TEST(SafeStop, ARunPastItsJobsStopSignalIsToldWhereItStops) {
   EXPECT_FALSE(stop_before_the_end(10000, 120, 9950, 4000, 1000, 5000).has_value());
   // No lead known: the job's end itself.
   EXPECT_DOUBLE_EQ(stop_before_the_end(10000, 0, 8000, 4000, 1000, 5000)->stop_in_s, 2000.0);
+}
+
+TEST(SafeStop, ChainLinksAndTimeLimitFromTheEnvironment) {
+  setenv("TRIDENT_CHAIN_LINK", "2", 1);
+  setenv("TRIDENT_CHAIN_LINKS", "4", 1);
+  const ChainLinks chain = chain_links();
+  EXPECT_EQ(chain.link, 2);
+  EXPECT_EQ(chain.links, 4);
+  EXPECT_EQ(chain.after(), 2);
+  // A link past the chain's end, a fraction, a link 0, or either missing: not a chain.
+  for (const auto& [link, links] : std::vector<std::pair<const char*, const char*>>{
+           {"5", "4"}, {"1.5", "4"}, {"0", "4"}, {"2", ""}, {"", "4"}, {"2", "four"}}) {
+    setenv("TRIDENT_CHAIN_LINK", link, 1);
+    setenv("TRIDENT_CHAIN_LINKS", links, 1);
+    EXPECT_EQ(chain_links().links, 0) << link << " of " << links;
+  }
+  unsetenv("TRIDENT_CHAIN_LINK");
+  unsetenv("TRIDENT_CHAIN_LINKS");
+  EXPECT_EQ(chain_links().links, 0);
+  setenv("TRIDENT_JOB_TIME_LIMIT_S", "14400", 1);
+  EXPECT_EQ(job_time_limit_seconds(), 14400.0);
+  setenv("TRIDENT_JOB_TIME_LIMIT_S", "UNLIMITED", 1);
+  EXPECT_EQ(job_time_limit_seconds(), 0.0);
+  unsetenv("TRIDENT_JOB_TIME_LIMIT_S");
+}
+
+TEST(SafeStop, TheLinksARunNeedsAfterThisJob) {
+  // 4-hour links, a 120 s lead, 300 s of start-up: each trains 14400 - 120 - 300 = 13980 s. The
+  // rest of the run after this job's signal, 30000 s, takes ceil(30000 / 13980) = 3 links; one
+  // link's worth exactly takes 1, a second more takes 2.
+  ChainOutlook outlook = chain_outlook(30000, 14400, 120, 300);
+  EXPECT_DOUBLE_EQ(outlook.per_link_s, 13980.0);
+  EXPECT_EQ(outlook.links_needed, 3);
+  EXPECT_EQ(chain_outlook(13980, 14400, 120, 300).links_needed, 1);
+  EXPECT_EQ(chain_outlook(13981, 14400, 120, 300).links_needed, 2);
+  // No lead or start-up known: the whole limit trains.
+  EXPECT_DOUBLE_EQ(chain_outlook(30000, 14400, 0, 0).per_link_s, 14400.0);
+  // A link whose start-up and lead take its whole time never trains.
+  EXPECT_EQ(chain_outlook(30000, 400, 120, 300).links_needed, -1);
 }
