@@ -666,12 +666,18 @@ class ProgressLog {
                 eta_text(outlook.per_link_s), per_link);
     } else {
       const int64_t missing = outlook.links_needed - chain.after();
-      log::warn("this restart chain will not finish the run: {}, and its {} link(s) after this one train about {} "
-                "each ({}), {} in all, for the {} the run needs after this job. About {} more link(s) are needed: "
-                "when this chain has ended, submit jobs/restart_chain.sh -n {} with the same arguments (it continues "
-                "from the checkpoints), or ask for a longer --time",
-                where, chain.after(), eta_text(outlook.per_link_s), per_link,
-                eta_text(outlook.per_link_s * static_cast<double>(chain.after())), eta_text(rest), missing, missing);
+      const std::string after =
+          chain.after() == 0
+              ? fmt::format("and this is its last link; a link trains about {} ({}), and the run needs {} after this job",
+                            eta_text(outlook.per_link_s), per_link, eta_text(rest))
+              : fmt::format("and its {} link(s) after this one train about {} each ({}), {} in all, for the {} the run "
+                            "needs after this job",
+                            chain.after(), eta_text(outlook.per_link_s), per_link,
+                            eta_text(outlook.per_link_s * static_cast<double>(chain.after())), eta_text(rest));
+      log::warn("this restart chain will not finish the run: {}, {}. About {} more link(s) are needed: when this chain "
+                "has ended, submit jobs/restart_chain.sh -n {} with the same arguments (it continues from the "
+                "checkpoints), or ask for a longer --time",
+                where, after, missing, missing);
     }
   }
 

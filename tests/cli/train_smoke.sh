@@ -64,8 +64,8 @@ grep -Eq "^\[trident 0\] warning: this run will not finish in this job: its ETA,
 # its 65 s less the 5 s lead and this run's start-up (goodput.jsonl's startup_s), about 60 s: two
 # are far short of the rest, and the warning names the links missing, ceil(rest / per link) - 2.
 # With 100000 s links, the next link finishes it: one line, not a warning.
-chain_run() {  # NAME TIME_LIMIT_S
-  TRIDENT_CHAIN_LINK=1 TRIDENT_CHAIN_LINKS=3 TRIDENT_JOB_TIME_LIMIT_S=$2 TRIDENT_JOB_END_TIME=$(($(date +%s) + 60)) \
+chain_run() {  # NAME TIME_LIMIT_S [LINK]
+  TRIDENT_CHAIN_LINK=${3:-1} TRIDENT_CHAIN_LINKS=3 TRIDENT_JOB_TIME_LIMIT_S=$2 TRIDENT_JOB_END_TIME=$(($(date +%s) + 60)) \
     TRIDENT_SIGNAL_LEAD_S=5 TRIDENT_TEST_FAULT=0:30 "$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 \
     --set run.name="$1" --set run.max_steps=100000 --set run.log_every=10 --set optim.global_batch=64 \
     --set optim.micro_batch=16 2>&1
@@ -90,6 +90,13 @@ assert missing == math.ceil(rest / per) - 2 or (near_whole and abs(missing - (ro
 assert missing >= 1, missing
 PY
 echo "a chain 2 links short: ${per} s a link, ${rest} s to go, $missing more link(s) named"
+# The chain's last link, as short: the links missing are all the rest takes.
+last=$(chain_run smoke_chain_last 65 3) && fail "the chain's run with a fault at step 30 exited 0: $last"
+pattern="^\[trident 0\] warning: this restart chain will not finish the run: .*, and this is its last link; a link trains about ([0-9hms]+) \(the job's --time 1m05s .*\), and the run needs ([0-9hms]+) after this job\. About ([0-9]+) more link\(s\) are needed: .*jobs/restart_chain.sh -n \3 "
+[[ $(grep -A1 "step 20/100000" <<<"$last" | tail -1) =~ $pattern ]] || fail "no last-link warning after the second progress line: $last"
+per=$(seconds_of "${BASH_REMATCH[1]}") rest=$(seconds_of "${BASH_REMATCH[2]}") missing=${BASH_REMATCH[3]}
+python3 -c "import math, sys; per, rest, m = map(int, sys.argv[1:]); assert m == math.ceil(rest / per) or abs(rest / per - round(rest / per)) * per < 2 and abs(m - round(rest / per)) <= 1" \
+  "$per" "$rest" "$missing" || fail "the last link's count, $missing, is not ceil($rest / $per)"
 enough=$(chain_run smoke_chain_enough 100000) && fail "the chain's run with a fault at step 30 exited 0: $enough"
 grep -q "warning" <<<"$enough" && fail "a chain that finishes the run was warned: $enough"
 grep -A1 "step 20/100000" <<<"$enough" | tail -1 | grep -Eq "^\[trident 0\] link 1 of 3 of a restart chain: its ETA, .*at this rate link 2 finishes the run \(each link trains about 27h4[56]m: the job's --time 27h46m less .*\) and cancels the links left$" \
