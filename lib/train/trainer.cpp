@@ -633,12 +633,17 @@ class ProgressLog {
     const ChainLinks chain = chain_links();
     const double limit = job_time_limit_seconds();
     if (chain.links > 0 && limit > 0) return tell_the_chain(s, chain, limit, lead, eta, *stop);
-    log::warn("this run will not finish in this job: its ETA, {}, goes past the job's stop signal, which comes in {} "
-              "(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S {:g} s), at about step {} of {}. The run saves there and "
-              "exits 3; a requeue or the next job of a chain (jobs/restart_chain.sh) continues from that checkpoint. "
-              "To finish in one job, ask for about {} more (sbatch --time)",
-              eta_text(eta), eta_text(stop->stop_in_s), lead, stop->step, s.stage.total_steps,
-              eta_text(eta - stop->stop_in_s));
+    log::warn("this run will not finish in this job: {}. The run saves there and exits 3; a requeue or the next job "
+              "of a chain (jobs/restart_chain.sh) continues from that checkpoint. To finish in one job, ask for about "
+              "{} more (sbatch --time)",
+              past_the_stop_signal("the job's", eta, lead, *stop), eta_text(eta - stop->stop_in_s));
+  }
+
+  // Where the ETA goes past `whose` stop signal: when it comes and at about which step.
+  std::string past_the_stop_signal(const char* whose, double eta, double lead, const StopBeforeTheEnd& stop) const {
+    return fmt::format("its ETA, {}, goes past {} stop signal, which comes in {} (TRIDENT_JOB_END_TIME less "
+                       "TRIDENT_SIGNAL_LEAD_S {:g} s), at about step {} of {}",
+                       eta_text(eta), whose, eta_text(stop.stop_in_s), lead, stop.step, s_.stage.total_steps);
   }
 
   // A link of a restart chain stops at its time limit by design: the chain is what must finish the
@@ -647,12 +652,9 @@ class ProgressLog {
   void tell_the_chain(const Trainer::State& s, const ChainLinks& chain, double limit, double lead, double eta,
                       const StopBeforeTheEnd& stop) {
     const double startup = s.goodput ? s.goodput->record().startup_s : 0.0;
-    const double rest = eta - stop.stop_in_s;
+    const double rest = eta - stop.stop_in_s;  // > 0 (stop_before_the_end): at least one link needed
     const ChainOutlook outlook = chain_outlook(rest, limit, lead, startup);
-    const std::string where = fmt::format(
-        "its ETA, {}, goes past this job's stop signal, which comes in {} (TRIDENT_JOB_END_TIME less "
-        "TRIDENT_SIGNAL_LEAD_S {:g} s), at about step {} of {}",
-        eta_text(eta), eta_text(stop.stop_in_s), lead, stop.step, s.stage.total_steps);
+    const std::string where = past_the_stop_signal("this job's", eta, lead, stop);
     const std::string per_link = fmt::format("the job's --time {} less its start-up {} and the signal's lead {:g} s",
                                              eta_text(limit), eta_text(startup), lead);
     if (outlook.links_needed < 0) {
@@ -662,7 +664,7 @@ class ProgressLog {
     } else if (outlook.links_needed <= chain.after()) {
       log::info("link {} of {} of a restart chain: {}. The next link continues from that checkpoint; at this rate "
                 "link {} finishes the run (each link trains about {}: {}) and cancels the links left",
-                chain.link, chain.links, where, chain.link + std::max<int64_t>(outlook.links_needed, 1),
+                chain.link, chain.links, where, chain.link + outlook.links_needed,
                 eta_text(outlook.per_link_s), per_link);
     } else {
       const int64_t missing = outlook.links_needed - chain.after();

@@ -70,6 +70,13 @@ chain_run() {  # NAME TIME_LIMIT_S [LINK]
     --set run.name="$1" --set run.max_steps=100000 --set run.log_every=10 --set optim.global_batch=64 \
     --set optim.micro_batch=16 2>&1
 }
+# links_missing_ok PER REST MISSING AFTER: MISSING is ceil(REST / PER) less the AFTER links to come
+# (PER and REST are printed to the second: within that of a whole number of links, the count may
+# round either way).
+links_missing_ok() {
+  python3 -c "import math, sys; per, rest, m, after = map(int, sys.argv[1:]); n = rest / per
+assert m >= 1 and (m == math.ceil(n) - after or abs(n - round(n)) * per < 2 and abs(m - (round(n) - after)) <= 1)" "$@"
+}
 seconds_of() { sed -E 's/^([0-9]+)h([0-9]+)m$/\1 \2 0/; s/^([0-9]+)m([0-9]+)s$/0 \1 \2/' <<<"$1" | { read -r h m s; echo $((h * 3600 + m * 60 + s)); }; }
 short=$(chain_run smoke_chain_short 65) && fail "the chain's run with a fault at step 30 exited 0: $short"
 line=$(grep -A1 "step 20/100000" <<<"$short" | tail -1)
@@ -79,24 +86,16 @@ pattern="^\[trident 0\] warning: this restart chain will not finish the run: its
 [[ $line =~ $pattern ]] || fail "no chain warning after the second progress line: $short"
 per=$(seconds_of "${BASH_REMATCH[1]}") rest=$(seconds_of "${BASH_REMATCH[2]}") missing=${BASH_REMATCH[3]}
 startup=$(grep -o '"startup_s":[0-9.e-]*' runs/smoke_chain_short/goodput.jsonl | tail -1 | cut -d: -f2)
-python3 - "$per" "$rest" "$missing" "$startup" <<'PY' || fail "the chain warning's figures do not add up: $line"
-import math, sys
-per, rest, missing, startup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-assert abs(per - (65 - 5 - startup)) <= 1, (per, startup)
-# (per and rest are printed to the second: within that of a whole number of links, the count may
-# round either way)
-near_whole = abs(rest / per - round(rest / per)) * per < 2
-assert missing == math.ceil(rest / per) - 2 or (near_whole and abs(missing - (round(rest / per) - 2)) <= 1), (per, rest, missing)
-assert missing >= 1, missing
-PY
+python3 -c "import sys; assert abs(int(sys.argv[1]) - (65 - 5 - float(sys.argv[2]))) <= 1" "$per" "$startup" ||
+  fail "a link trains ${per} s, not 65 - 5 - its start-up $startup s: $line"
+links_missing_ok "$per" "$rest" "$missing" 2 || fail "the chain warning's count, $missing, is not ceil($rest / $per) - 2: $line"
 echo "a chain 2 links short: ${per} s a link, ${rest} s to go, $missing more link(s) named"
 # The chain's last link, as short: the links missing are all the rest takes.
 last=$(chain_run smoke_chain_last 65 3) && fail "the chain's run with a fault at step 30 exited 0: $last"
 pattern="^\[trident 0\] warning: this restart chain will not finish the run: .*, and this is its last link; a link trains about ([0-9hms]+) \(the job's --time 1m05s .*\), and the run needs ([0-9hms]+) after this job\. About ([0-9]+) more link\(s\) are needed: .*jobs/restart_chain.sh -n \3 "
 [[ $(grep -A1 "step 20/100000" <<<"$last" | tail -1) =~ $pattern ]] || fail "no last-link warning after the second progress line: $last"
 per=$(seconds_of "${BASH_REMATCH[1]}") rest=$(seconds_of "${BASH_REMATCH[2]}") missing=${BASH_REMATCH[3]}
-python3 -c "import math, sys; per, rest, m = map(int, sys.argv[1:]); assert m == math.ceil(rest / per) or abs(rest / per - round(rest / per)) * per < 2 and abs(m - round(rest / per)) <= 1" \
-  "$per" "$rest" "$missing" || fail "the last link's count, $missing, is not ceil($rest / $per)"
+links_missing_ok "$per" "$rest" "$missing" 0 || fail "the last link's count, $missing, is not ceil($rest / $per)"
 enough=$(chain_run smoke_chain_enough 100000) && fail "the chain's run with a fault at step 30 exited 0: $enough"
 grep -q "warning" <<<"$enough" && fail "a chain that finishes the run was warned: $enough"
 grep -A1 "step 20/100000" <<<"$enough" | tail -1 | grep -Eq "^\[trident 0\] link 1 of 3 of a restart chain: its ETA, .*at this rate link 2 finishes the run \(each link trains about 27h4[56]m: the job's --time 27h46m less .*\) and cancels the links left$" \
