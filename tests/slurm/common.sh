@@ -109,7 +109,19 @@ expect_cancelled() {  # ID RESTARTS: a job scancel stopped saved and ended CANCE
 wait_for_line() {  # FILE REGEX SECONDS: until FILE has a line matching REGEX
   local deadline=$((SECONDS + $3))
   until grep -qE "$2" "$1" 2>/dev/null; do
-    [ $SECONDS -lt $deadline ] || fail "no line '$2' in $1 after $3 s"
+    if [ $SECONDS -ge $deadline ]; then
+      # What the job said instead, and where its jobs are: CI keeps only this test's output.
+      echo "--- $1 (last 30 lines)"
+      tail -n 30 "$1" 2>&1 | sed 's/^/    /'
+      echo "--- squeue"
+      timeout 10 squeue -o "%i %P %T %r %M %N" 2>&1 | sed 's/^/    /'
+      local log
+      for log in "$state"/log/slurmctld.log "$state"/log/slurmd-*.log; do
+        echo "--- $log (last 15 lines)"
+        tail -n 15 "$log" 2>&1 | sed 's/^/    /'
+      done
+      fail "no line '$2' in $1 after $3 s"
+    fi
     sleep 0.1
   done
 }
