@@ -38,7 +38,9 @@ grep -Eq "Ask for at least --signal=B:USR1@[0-9]+" <<<"$late" || fail "the warni
 # 0's writes stalled), the final one as long as the last, and times the steps without them: at
 # step 6 the saves at 8 and 12 (the final), 4 s, where the window's 2 s save spread over its 2
 # steps said 6; at step 8 its own save and the final one, where the window without a save said 0.
-eta_of() { sed -nE "s/.*step $1\/12 .*ETA ([0-9]+)m([0-9]+)s.*/\1 \2/p" <<<"$saving" | { read -r m s; echo $((m * 60 + s)); }; }
+# seconds_of 1h05m|0m09s: in seconds (base 10: bash reads 09 as a bad octal number).
+seconds_of() { sed -E 's/^([0-9]+)h([0-9]+)m$/\1 \2 0/; s/^([0-9]+)m([0-9]+)s$/0 \1 \2/' <<<"$1" | { read -r h m s; echo $((10#$h * 3600 + 10#$m * 60 + 10#$s)); }; }
+eta_of() { seconds_of "$(sed -nE "s/.*step $1\/12 .*ETA ([0-9hms]+)$/\1/p" <<<"$saving")"; }
 saving=$(TRIDENT_TEST_SLOW_SAVE=0:2000 "$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 \
          --set run.name=smoke_saving --set run.max_steps=12 --set run.log_every=2 --set checkpoint.every_steps=4 \
          --set checkpoint.async=false --set optim.global_batch=64 --set optim.micro_batch=16 2>&1) ||
@@ -77,7 +79,6 @@ links_missing_ok() {
   python3 -c "import math, sys; per, rest, m, after = map(int, sys.argv[1:]); n = rest / per
 assert m >= 1 and (m == math.ceil(n) - after or abs(n - round(n)) * per < 2 and abs(m - (round(n) - after)) <= 1)" "$@"
 }
-seconds_of() { sed -E 's/^([0-9]+)h([0-9]+)m$/\1 \2 0/; s/^([0-9]+)m([0-9]+)s$/0 \1 \2/' <<<"$1" | { read -r h m s; echo $((h * 3600 + m * 60 + s)); }; }
 short=$(chain_run smoke_chain_short 65) && fail "the chain's run with a fault at step 30 exited 0: $short"
 line=$(grep -A1 "step 20/100000" <<<"$short" | tail -1)
 grep -q "will not finish in this job" <<<"$short" && fail "a chain's link was told to finish in its job: $short"
