@@ -48,13 +48,17 @@ field() {  # job field: the value of FIELD= in `scontrol show job -o`
   { timeout 10 scontrol show job -o "$1" 2>/dev/null || true; } | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
 }
 
+show_tail() {  # LINES FILE: what a failing test prints of a log
+  echo "--- $2 (last $1 lines)"
+  tail -n "$1" "$2" 2>&1 | sed 's/^/    /'
+}
+
 show_job() {  # what a failing test prints about a job
   echo "--- scontrol show job $1"
   timeout 10 scontrol show job "$1" 2>&1 | sed 's/^/    /'
   local out; out=$(field "$1" StdOut)
   if [ -n "$out" ] && [ -f "$out" ]; then
-    echo "--- $out (last 30 lines)"
-    tail -n 30 "$out" | sed 's/^/    /'
+    show_tail 30 "$out"
   fi
 }
 
@@ -111,15 +115,11 @@ wait_for_line() {  # FILE REGEX SECONDS: until FILE has a line matching REGEX
   until grep -qE "$2" "$1" 2>/dev/null; do
     if [ $SECONDS -ge $deadline ]; then
       # What the job said instead, and where its jobs are: CI keeps only this test's output.
-      echo "--- $1 (last 30 lines)"
-      tail -n 30 "$1" 2>&1 | sed 's/^/    /'
+      show_tail 30 "$1"
       echo "--- squeue"
       timeout 10 squeue -o "%i %P %T %r %M %N" 2>&1 | sed 's/^/    /'
       local log
-      for log in "$state"/log/slurmctld.log "$state"/log/slurmd-*.log; do
-        echo "--- $log (last 15 lines)"
-        tail -n 15 "$log" 2>&1 | sed 's/^/    /'
-      done
+      for log in "$state"/log/slurmctld.log "$state"/log/slurmd-*.log; do show_tail 15 "$log"; done
       fail "no line '$2' in $1 after $3 s"
     fi
     sleep 0.1
