@@ -11,7 +11,9 @@
 #    not requeue it a second time, and the second start resumes;
 #  * preempted with a GraceTime, in either mode: Slurm signals the ranks only, not the script,
 #    and requeues nothing until the grace ends; the script requeues the job, which resumes and
-#    is not ended when that grace time runs out.
+#    is not ended when that grace time runs out;
+#  * that requeue counts toward TRIDENT_MAX_REQUEUE: with a cap of 1, the job preempted a
+#    second time saves and ends, not requeued, with the checkpoint of the step it stopped at.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" preempt_sigterm
 export TRIDENT=$trident
 
@@ -54,7 +56,10 @@ scancel "$id"
 expect_cancelled "$id" 1
 
 for partition in grace grace_requeue; do
-  preempted_and_resumed $partition $partition "trident job: stopped by a signal; requeueing \(restart 1 of at most 3\)"
+  cap=3
+  [ $partition = grace ] && cap=1  # and preempted a second time below
+  TRIDENT_MAX_REQUEUE=$cap preempted_and_resumed $partition $partition \
+    "trident job: stopped by a signal; requeueing \(restart 1 of at most $cap\)"
   # The grace (15 s) ends after the requeue: Slurm must leave the restarted job running.
   sleep $((preempted_at + 20 - SECONDS > 0 ? preempted_at + 20 - SECONDS : 0))
   [ "$(field "$id" JobState)" = RUNNING ] && [ "$(field "$id" Restarts)" = 1 ] \
@@ -66,7 +71,21 @@ for partition in grace grace_requeue; do
     sleep 0.2
   done
   echo "$partition (GraceTime=15): saved, requeued by the script, resumed, still running after the grace ($(elapsed))"
-  scancel "$id"
-  expect_cancelled "$id" 1
+  if [ $cap = 3 ]; then
+    scancel "$id"
+    expect_cancelled "$id" 1
+    continue
+  fi
+  # The second preemption: that first requeue was the one TRIDENT_MAX_REQUEUE=1 allows.
+  preempt
+  wait_for_line "$out" "trident job: stopped by a signal; not requeued \(restart 1, cap 1\); resubmit to continue" 90
+  s=$(wait_job "$id" 60) || { show_job "$id"; fail "$partition: the job at its requeue cap did not end within 60 s: $s"; }
+  # Exit code 3 (stopped by a signal), so that jobs queued with afterok do not start.
+  [ "$(field "$id" Restarts)" = 1 ] && [ "$(field "$id" ExitCode)" = 3:0 ] \
+    || { show_job "$id"; fail "$partition: Restarts=$(field "$id" Restarts) ExitCode=$(field "$id" ExitCode) at the cap, expected 1 and 3:0"; }
+  stop=$(sed -n '/(restart 1)/,$p' "$out" | grep -o "stopped by a signal after step [0-9]*" | grep -o "[0-9]*$")
+  [ -n "$stop" ] && [ -f "$work/$partition/checkpoints/step_$(printf %07d "$stop").h5" ] \
+    || { show_job "$id"; fail "$partition: no checkpoint of the step the job at its cap stopped at (${stop:-none})"; }
+  echo "$partition, TRIDENT_MAX_REQUEUE=1: preempted again, saved at step $stop, not requeued, $s ($(elapsed))"
 done
 echo PASS
