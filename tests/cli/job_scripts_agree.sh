@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # the end), with the script's own name and blank lines left out.
 section() {
   awk -v first="$2" -v last="$3" -v self="$(basename "$1")" '
-    $0 ~ first { on = 1 } on && last != "" && $0 ~ last && !($0 ~ first) { exit }
+    $0 ~ first { on = 1 } on && last != "" && $0 ~ last { exit }
     on && NF { gsub(self, "SCRIPT"); print }' "$1"
 }
 compared=0
@@ -25,8 +25,9 @@ while IFS='|' read -r name first last; do
     diff <(printf '%s\n' "$a") <(printf '%s\n' "$b") | sed 's/^/    /'
     fail "the section '$name' of ddp_2nodes.slurm (<) and hybrid.slurm (>) differ: make the same change in both"
   fi
-  echo "same in both: $name ($(wc -l <<<"$a") lines)"
-  compared=$((compared + $(wc -l <<<"$a")))
+  lines=$(wc -l <<<"$a")
+  echo "same in both: $name ($lines lines)"
+  compared=$((compared + lines))
 done <<'SECTIONS'
 --help, outside a job, the signal lead, finding trident|^set -uo pipefail$|^# The deck:
 resume, launch, exit codes|^# ---- a requeued job|
