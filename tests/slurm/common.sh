@@ -130,6 +130,10 @@ json_int() {  # FILE KEY: the first integer value of "KEY" in a JSON file (repor
   grep -o "\"$2\": *-\?[0-9]*" "$1" | head -1 | sed 's/.*: *//'
 }
 
+stopped_at_step() {  # the step of trident's "stopped by a signal after step N" read on stdin
+  grep -o "stopped by a signal after step [0-9]*" | grep -o "[0-9]*$"
+}
+
 final_loss() {  # metrics.jsonl STEP: the full-precision loss logged at STEP
   grep "\"step\":$2[,}]" "$1" | tail -1 | grep -o '"loss":[0-9.e+-]*' | sed 's/"loss"://'
 }

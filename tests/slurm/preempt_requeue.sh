@@ -43,7 +43,7 @@ last=checkpoints/step_$(printf %07d $steps).h5
 
 # Goodput of the chain: the stopped lifetime (exit 3 at the step it saved) and the requeued one
 # (the same job id, +1), which resumed at that step and lost nothing.
-stop=$(grep -o "stopped by a signal after step [0-9]*" "$out" | grep -o "[0-9]*$")
+stop=$(stopped_at_step <"$out")
 check_goodput "$work/pre" "len(recs) == 2 and [r['exit_code'] for r in recs] == [3, 0] and recs[0]['job'] == '$id' \
   and recs[1]['job'] == '$id+1' and recs[0]['last_step'] == $stop and recs[1]['resumed_from_step'] == $stop \
   and recs[1]['work_lost_steps'] == 0 and recs[1]['last_step'] == $steps"

@@ -83,7 +83,7 @@ for partition in grace grace_requeue; do
   # Exit code 3 (stopped by a signal), so that jobs queued with afterok do not start.
   [ "$(field "$id" Restarts)" = 1 ] && [ "$(field "$id" ExitCode)" = 3:0 ] \
     || { show_job "$id"; fail "$partition: Restarts=$(field "$id" Restarts) ExitCode=$(field "$id" ExitCode) at the cap, expected 1 and 3:0"; }
-  stop=$(sed -n '/(restart 1)/,$p' "$out" | grep -o "stopped by a signal after step [0-9]*" | grep -o "[0-9]*$")
+  stop=$(sed -n '/(restart 1)/,$p' "$out" | stopped_at_step)
   [ -n "$stop" ] && [ -f "$work/$partition/checkpoints/step_$(printf %07d "$stop").h5" ] \
     || { show_job "$id"; fail "$partition: no checkpoint of the step the job at its cap stopped at (${stop:-none})"; }
   echo "$partition, TRIDENT_MAX_REQUEUE=1: preempted again, saved at step $stop, not requeued, $s ($(elapsed))"
