@@ -23,6 +23,15 @@ double job_end_time() { return positive_number_of("TRIDENT_JOB_END_TIME"); }
 
 double job_time_limit_seconds() { return positive_number_of("TRIDENT_JOB_TIME_LIMIT_S"); }
 
+double job_start_time() { return positive_number_of("TRIDENT_JOB_START_TIME"); }
+
+double launch_seconds(double job_start, double process_start, double time_limit_s) {
+  if (!(job_start > 0)) return 0;
+  const double launch = process_start - job_start;
+  if (!(launch > 0) || (time_limit_s > 0 && launch >= time_limit_s)) return 0;
+  return launch;
+}
+
 ChainLinks chain_links() {
   const double link = positive_number_of("TRIDENT_CHAIN_LINK"), links = positive_number_of("TRIDENT_CHAIN_LINKS");
   const bool whole = link == std::floor(link) && links == std::floor(links) && links < 1e9;

@@ -49,6 +49,16 @@ std::optional<StopBeforeTheEnd> stop_before_the_end(double end_time, double lead
 // its end less its start); 0 when unset, empty or not a positive number.
 double job_time_limit_seconds();
 
+// TRIDENT_JOB_START_TIME: when the job started, in UNIX seconds (the job scripts take it from
+// squeue, which gives a requeued job's latest start); 0 when unset, empty or not a positive number.
+double job_start_time();
+
+// The seconds of this job before this process started (`process_start`, UNIX seconds): the job
+// script and srun's launch, which every link of a chain spends again before trident can start.
+// 0 when the job's start is unknown (0), after the process's start (the controller's clock ahead
+// of this node's), or not within the job's time limit (`time_limit_s`, when known).
+double launch_seconds(double job_start, double process_start, double time_limit_s);
+
 // This job's place in a restart chain: jobs/restart_chain.sh passes TRIDENT_CHAIN_LINK (k, from 1)
 // and TRIDENT_CHAIN_LINKS (N). `links` is 0 outside a chain, or when either is not a whole number
 // with 1 <= k <= N.
@@ -60,8 +70,9 @@ ChainLinks chain_links();
 
 // What the rest of a run (`rest_s` past this job's stop signal) takes in the links after this
 // one. Each link asks for this job's time limit (`time_limit_s`, the chain passes every link the
-// same sbatch options) and trains for it less its start-up (`startup_s`, taken as this job's:
-// MPI, the data, the checkpoint's read) and the signal's lead (`lead_s`, which covers its save).
+// same sbatch options) and trains for it less its start-up (`startup_s`, taken as this job's: the
+// launch, MPI, the data, the checkpoint's read) and the signal's lead (`lead_s`, which covers its
+// save).
 struct ChainOutlook {
   double per_link_s = 0;     // the training time of one link
   int64_t links_needed = 0;  // the links the rest takes; -1 when a link cannot train at all

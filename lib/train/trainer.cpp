@@ -651,12 +651,18 @@ class ProgressLog {
   // finishes it), as a warning with the links missing when they are not.
   void tell_the_chain(const Trainer::State& s, const ChainLinks& chain, double limit, double lead, double eta,
                       const StopBeforeTheEnd& stop) {
-    const double startup = s.goodput ? s.goodput->record().startup_s : 0.0;
+    // A link starts up as this job did: the job script and srun's launch, then trident's own.
+    const double launch = launch_seconds(job_start_time(), process_start_unix(), limit);
+    const double trident_startup = s.goodput ? s.goodput->record().startup_s : 0.0;
+    const double startup = launch + trident_startup;
     const double rest = eta - stop.stop_in_s;  // > 0 (stop_before_the_end): at least one link needed
     const ChainOutlook outlook = chain_outlook(rest, limit, lead, startup);
     const std::string where = past_the_stop_signal("this job's", eta, lead, stop);
-    const std::string per_link = fmt::format("the job's --time {} less its start-up {} and the signal's lead {:g} s",
-                                             eta_text(limit), eta_text(startup), lead);
+    const std::string startup_parts =
+        launch > 0 ? fmt::format(" (the job's launch {}, trident's {})", eta_text(launch), eta_text(trident_startup))
+                   : "";
+    const std::string per_link = fmt::format("the job's --time {} less its start-up {}{} and the signal's lead {:g} s",
+                                             eta_text(limit), eta_text(startup), startup_parts, lead);
     if (outlook.links_needed < 0) {
       log::warn("this restart chain (link {} of {}) will not finish the run: {}, and a link after it trains nothing "
                 "({}). Ask for a longer --time",

@@ -113,6 +113,22 @@ TEST(SafeStop, ChainLinksAndTimeLimitFromTheEnvironment) {
   unsetenv("TRIDENT_JOB_TIME_LIMIT_S");
 }
 
+TEST(SafeStop, TheLaunchBeforeThisProcess) {
+  setenv("TRIDENT_JOB_START_TIME", "1796561952", 1);
+  EXPECT_EQ(job_start_time(), 1796561952.0);
+  setenv("TRIDENT_JOB_START_TIME", "2026-12-06T12:59:12", 1);  // squeue's text, not converted
+  EXPECT_EQ(job_start_time(), 0.0);
+  unsetenv("TRIDENT_JOB_START_TIME");
+  EXPECT_EQ(job_start_time(), 0.0);
+  // A job that started at 1000 s and a process at 1042.5 s: 42.5 s of job script and srun.
+  EXPECT_DOUBLE_EQ(launch_seconds(1000, 1042.5, 14400), 42.5);
+  EXPECT_DOUBLE_EQ(launch_seconds(1000, 1042.5, 0), 42.5);  // no time limit known
+  // Unknown start; a start after the process's (clocks apart); a launch as long as the limit.
+  EXPECT_EQ(launch_seconds(0, 1042.5, 14400), 0.0);
+  EXPECT_EQ(launch_seconds(1050, 1042.5, 14400), 0.0);
+  EXPECT_EQ(launch_seconds(1000, 1000 + 14400, 14400), 0.0);
+}
+
 TEST(SafeStop, TheLinksARunNeedsAfterThisJob) {
   // 4-hour links, a 120 s lead, 300 s of start-up: each trains 14400 - 120 - 300 = 13980 s. The
   // rest of the run after this job's signal, 30000 s, takes ceil(30000 / 13980) = 3 links; one
