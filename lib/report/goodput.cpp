@@ -21,6 +21,7 @@ std::string lifetime_json(const Lifetime& l) {
             {"host", l.host},
             {"start", l.start},
             {"end", l.end},
+            {"launch_s", l.launch_s},
             {"exit_code", l.exit_code ? json(*l.exit_code) : json(nullptr)},
             {"first_step", l.first_step},
             {"last_step", l.last_step},
@@ -68,6 +69,7 @@ Lifetime parse_lifetime(const std::string& line, const std::string& where) {
   seconds("end", l.end);
   count("first_step", l.first_step);
   count("last_step", l.last_step);
+  if (r.contains("launch_s")) seconds("launch_s", l.launch_s);  // absent from records before it was kept
   seconds("startup_s", l.startup_s);
   seconds("step_s", l.step_s);
   seconds("data_wait_s", l.data_wait_s);
@@ -147,6 +149,7 @@ GoodputAccount tally(std::vector<Lifetime> lifetimes, std::vector<int64_t> lost_
   for (size_t i = 0; i < lifetimes.size(); ++i) {
     const Lifetime& l = lifetimes[i];
     a.wall_s += l.wall_s();
+    a.launch_s += l.launch_s;
     a.startup_s += l.startup_s;
     a.data_wait_s += l.data_wait_s;
     a.evaluation_s += l.evaluation_s;
@@ -158,7 +161,8 @@ GoodputAccount tally(std::vector<Lifetime> lifetimes, std::vector<int64_t> lost_
   }
   a.lost_steps_of = std::move(lost_steps);
   a.lost_s_of = std::move(lost_s);
-  a.other_s = a.wall_s - a.productive_s - a.work_lost_s - a.startup_s - a.data_wait_s - a.evaluation_s - a.checkpoint_s;
+  a.other_s = a.wall_s - a.productive_s - a.work_lost_s - a.launch_s - a.startup_s - a.data_wait_s - a.evaluation_s -
+              a.checkpoint_s;
   a.lifetimes = std::move(lifetimes);
   return a;
 }
@@ -224,6 +228,7 @@ struct Part {
 };
 const Part kParts[] = {{"productive steps", &GoodputAccount::productive_s, "#2e7d32"},
                        {"work lost", &GoodputAccount::work_lost_s, "#c62828"},
+                       {"launch", &GoodputAccount::launch_s, "#37474f"},
                        {"start-up", &GoodputAccount::startup_s, "#6a1b9a"},
                        {"data waits", &GoodputAccount::data_wait_s, "#ef6c00"},
                        {"evaluation", &GoodputAccount::evaluation_s, "#0277bd"},
@@ -246,14 +251,15 @@ std::string goodput_markdown(const GoodputAccount& a, const std::string& run_dir
   for (const auto& p : kParts) md += fmt::format("| {} | {:.2f} | {:.1f} |\n", p.name, a.*p.total, percent(a.*p.total, a.wall_s));
   md += fmt::format("| **wall time** | **{:.2f}** | 100.0 |\n\n", a.wall_s);
   md += "## Lifetimes\n\n"
-        "| # | job | host | start (UTC) | wall s | exit | steps | resumed from | steps lost | lost s | start-up s | step s | "
-        "data s | eval s | ckpt s | goodput % |\n|---:|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        "| # | job | host | start (UTC) | wall s | exit | steps | resumed from | steps lost | lost s | launch s | start-up s | "
+        "step s | data s | eval s | ckpt s | goodput % |\n"
+        "|---:|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (size_t i = 0; i < a.lifetimes.size(); ++i) {
     const auto& l = a.lifetimes[i];
-    md += fmt::format("| {} | {} | {} | {} | {:.2f} | {} | {}..{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} |\n", i + 1,
-                      l.job, l.host, utc_text(l.start), l.wall_s(), exit_text(l), l.first_step, l.last_step,
+    md += fmt::format("| {} | {} | {} | {} | {:.2f} | {} | {}..{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} |\n",
+                      i + 1, l.job, l.host, utc_text(l.start), l.wall_s(), exit_text(l), l.first_step, l.last_step,
                       l.resumed_from_step ? std::to_string(*l.resumed_from_step) : std::string("-"), a.lost_steps_of[i],
-                      a.lost_s_of[i], l.startup_s, l.step_s, l.data_wait_s, l.evaluation_s, l.checkpoint_s,
+                      a.lost_s_of[i], l.launch_s, l.startup_s, l.step_s, l.data_wait_s, l.evaluation_s, l.checkpoint_s,
                       100.0 * account_of(a, i).goodput());
   }
   for (const auto& why : a.skipped) md += fmt::format("\nSkipped, not a record (a process killed while appending?): {}\n", why);
@@ -262,8 +268,8 @@ std::string goodput_markdown(const GoodputAccount& a, const std::string& run_dir
         "step time less data waits per step. 'killed': the process ended without a word (SIGKILL, an abort, a lost "
         "node); its record ends at the last update it wrote (every log line and save), so its last moments count as "
         "nothing. 'open': the last lifetime's record was never closed: it is still running, or it was killed and no "
-        "later lifetime has closed it yet (counted as a killed one, to its last update). Queue waits between jobs are "
-        "not wall time here.\n";
+        "later lifetime has closed it yet (counted as a killed one, to its last update). Launch: a job's start to trident's (the job script and "
+        "srun), where the job script passed the job's start. Queue waits between jobs are not wall time here.\n";
   return md;
 }
 

@@ -9,8 +9,9 @@
 // them, less the work lost: the steps a lifetime trained past the step a later one started from
 // (the checkpoint it resumed, or 0 for a fresh start), which had to be trained again, each at the
 // compute time per step (step time less data waits) of the lifetime that trained it. Wall time
-// is each process's life, start-up to exit; the time a job spent queued, or its script spent
-// before starting trident, is not in it.
+// is each lifetime's launch (its job's start to the process's: the job script and srun, when the
+// job script passed the job's start) and the process's life, start-up to exit; the time a job
+// spent queued is not in it.
 // No LibTorch, no MPI here.
 #include <cstdint>
 #include <optional>
@@ -27,7 +28,11 @@ inline constexpr const char* kOpenGoodputRecord = "goodput.open.json";
 struct Lifetime {
   std::string job;   // SLURM_JOB_ID (with "+N" for its Nth requeue) or "pid P"
   std::string host;  // rank 0's host
-  double start = 0, end = 0;
+  double start = 0, end = 0;  // the process's
+  // The job's start to the process's start (TRIDENT_JOB_START_TIME from the job script): the
+  // script and srun's launch, paid again by every job of a chain. 0 when not known (outside a job
+  // script), and in records written before it was kept.
+  double launch_s = 0;
   // The process's exit code; empty when it ended without saying (SIGKILL, MPI_Abort from
   // another rank, a lost node): the next lifetime closes its record at the last update it wrote.
   std::optional<int> exit_code;
@@ -47,7 +52,7 @@ struct Lifetime {
   // no later lifetime has closed its record yet.
   bool open = false;
 
-  double wall_s() const { return end - start; }
+  double wall_s() const { return launch_s + end - start; }
   int64_t steps_trained() const { return last_step - first_step; }
   // Per step trained, the time in steps less data waits (0 when none was trained).
   double compute_per_step_s() const {
@@ -81,7 +86,7 @@ struct GoodputAccount {
   std::vector<Lifetime> lifetimes;
   double wall_s = 0;
   double productive_s = 0;  // step time - data waits - work lost
-  double work_lost_s = 0, startup_s = 0, data_wait_s = 0, evaluation_s = 0, checkpoint_s = 0;
+  double work_lost_s = 0, launch_s = 0, startup_s = 0, data_wait_s = 0, evaluation_s = 0, checkpoint_s = 0;
   double other_s = 0;  // the rest: step boundaries, logging, shutdown, the unknown end of a killed process
   int64_t steps_trained = 0, work_lost_steps = 0;
   // Per lifetime, the work it lost (lost_work's of_*, recomputed from the steps: a record holds the

@@ -13,6 +13,7 @@
 #include "core/files.hpp"
 #include "core/host.hpp"
 #include "core/log.hpp"
+#include "train/safe_stop.hpp"
 
 namespace trident::train {
 
@@ -79,6 +80,7 @@ GoodputLog::GoodputLog(const std::string& output_dir, int64_t start_step, bool n
   life_.job = job_name();
   life_.host = host_name();
   life_.start = g_process_start;
+  life_.launch_s = launch_seconds(job_start_time(), g_process_start, job_time_limit_seconds());
   life_.end = unix_now_since_start();
   life_.first_step = life_.last_step = start_step;
   if (start_step > 0) life_.resumed_from_step = start_step;

@@ -153,9 +153,9 @@ check_goodput() {
 import json, re, sys
 recs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 for r in recs:
-    print("    " + json.dumps({k: r[k] for k in ("job", "exit_code", "first_step", "last_step", "resumed_from_step",
+    print("    " + json.dumps({k: r[k] for k in ("job", "exit_code", "launch_s", "first_step", "last_step", "resumed_from_step",
                                                   "work_lost_steps", "work_lost_s", "step_s", "data_wait_s")}))
-wall = sum(r["end"] - r["start"] for r in recs)
+wall = sum(r["launch_s"] + r["end"] - r["start"] for r in recs)  # the job's launch is wall time too
 productive = sum(r["step_s"] - r["data_wait_s"] for r in recs) - sum(r["work_lost_s"] for r in recs)
 text = open(sys.argv[2]).read()
 m = re.search(r"\*\*([0-9.]+)%\*\* of ([0-9.]+) s wall time over (\d+) process", text)

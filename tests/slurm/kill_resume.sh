@@ -36,6 +36,9 @@ expect_completed "$next" 120 "the resuming job"
 grep -q "resuming from $work/run/checkpoints/step_$(printf %07d "$saved").h5" "$work/next-$next.out" \
   || { show_job "$next"; fail "the second job did not resume from step $saved"; }
 [ ! -e "$work/run/goodput.open.json" ] || fail "goodput.open.json left after a clean exit"
+# Each lifetime's launch is its job's StartTime (whole seconds, as the job script passed it) to
+# the process's start: the job script and srun, a few seconds here.
+starts=$(for j in "$id" "$next"; do date -d "$(field "$j" StartTime)" +%s; done | paste -sd,)
 # The killed record ends at its last update (log lines every 20 steps, saves, epoch ends): at or
 # after the last logged step, before the next one.
 check_goodput "$work/run" "len(recs) == 2 and recs[0]['exit_code'] is None and recs[1]['exit_code'] == 0 \\
@@ -43,5 +46,6 @@ check_goodput "$work/run" "len(recs) == 2 and recs[0]['exit_code'] is None and r
   and recs[0]['last_step'] == 1088 and $saved == 1000 \\
   and recs[1]['resumed_from_step'] == $saved and recs[1]['work_lost_steps'] == recs[0]['last_step'] - $saved > 0 \\
   and abs(recs[1]['work_lost_s'] - recs[1]['work_lost_steps'] * (recs[0]['step_s'] - recs[0]['data_wait_s']) / recs[0]['steps_trained']) < 1e-9 \\
-  and recs[1]['last_step'] == $steps"
+  and recs[1]['last_step'] == $steps \\
+  and all(0 < r['launch_s'] < 30 and abs(r['start'] - r['launch_s'] - s) < 1e-3 for r, s in zip(recs, [$starts]))"
 echo PASS

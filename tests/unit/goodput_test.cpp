@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -71,12 +73,43 @@ TEST(Goodput, AccountOfAChainAgainstHandComputation) {
   EXPECT_NE(md.find("**51.8%** of 170.0 s"), std::string::npos) << md;
   EXPECT_NE(md.find("| work lost | 20.00 | 11.8 |"), std::string::npos) << md;
   // Lifetime 1 alone: (70 - 10 - 20) / 100; lifetime 2: 48 / 70.
-  EXPECT_NE(md.find("| 1 | job |  | 1970-01-01 00:16:40 | 100.00 | killed | 0..60 | - | 20 | 20.00 | 5.00 | 70.00 | 10.00 | 4.00 | 6.00 | 40.0 |"),
+  EXPECT_NE(md.find("| 1 | job |  | 1970-01-01 00:16:40 | 100.00 | killed | 0..60 | - | 20 | 20.00 | 0.00 | 5.00 | 70.00 | 10.00 | 4.00 | 6.00 | 40.0 |"),
             std::string::npos) << md;
-  EXPECT_NE(md.find("| 0 | 40..100 | 40 | 0 | 0.00 | 12.00 | 48.00 | 0.00 | 0.00 | 3.00 | 68.6 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0 | 40..100 | 40 | 0 | 0.00 | 0.00 | 12.00 | 48.00 | 0.00 | 0.00 | 3.00 | 68.6 |"), std::string::npos) << md;
   const std::string svg = report::goodput_svg(acc, "runs/x");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("51.8%"), std::string::npos);
+}
+
+TEST(Goodput, TheJobsLaunchIsWallTime) {
+  // A job whose script and srun took 8 s before the process's 100 s: 108 s of wall time, 8 s of
+  // it launch; 60 s of steps, 5 s of start-up, the other 35 s unaccounted.
+  auto l = lifetime(1000, 1100, 0, 0, 60, 60.0);
+  l.launch_s = 8, l.startup_s = 5;
+  const report::GoodputAccount acc = report::account_goodput({l});
+  EXPECT_DOUBLE_EQ(acc.wall_s, 108.0);
+  EXPECT_DOUBLE_EQ(acc.launch_s, 8.0);
+  EXPECT_DOUBLE_EQ(acc.other_s, 108.0 - 60 - 8 - 5);
+  EXPECT_DOUBLE_EQ(acc.goodput(), 60.0 / 108.0);
+  const std::string md = report::goodput_markdown(acc, "runs/x");
+  EXPECT_NE(md.find("| launch | 8.00 | 7.4 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 108.00 | 0 | 0..60 | - | 0 | 0.00 | 8.00 | 5.00 |"), std::string::npos) << md;
+  EXPECT_DOUBLE_EQ(report::parse_lifetime(report::lifetime_json(l), "here").launch_s, 8.0);
+  // A record written before launch_s was kept has none: no launch. A negative one is bad input.
+  nlohmann::json old = nlohmann::json::parse(report::lifetime_json(l));
+  old.erase("launch_s");
+  EXPECT_EQ(report::parse_lifetime(old.dump(), "here").launch_s, 0.0);
+  old["launch_s"] = -1;
+  EXPECT_THROW(report::parse_lifetime(old.dump(), "here"), BadInput);
+
+  // The record of this process: its start less the job's (TRIDENT_JOB_START_TIME, whole seconds
+  // as squeue gives them); none without it.
+  const fs::path dir = fresh_dir("launch");
+  const double job_start = std::floor(train::process_start_unix()) - 7;
+  setenv("TRIDENT_JOB_START_TIME", std::to_string(static_cast<long long>(job_start)).c_str(), 1);
+  EXPECT_NEAR(train::GoodputLog(dir.string(), 0, true).record().launch_s, train::process_start_unix() - job_start, 1e-6);
+  unsetenv("TRIDENT_JOB_START_TIME");
+  EXPECT_EQ(train::GoodputLog(dir.string(), 0, true).record().launch_s, 0.0);
 }
 
 TEST(Goodput, RecordsRoundTrip) {
