@@ -652,8 +652,9 @@ class ProgressLog {
   void tell_the_chain(const Trainer::State& s, const ChainLinks& chain, double limit, double lead, double eta,
                       const StopBeforeTheEnd& stop) {
     // A link starts up as this job did: the job script and srun's launch, then trident's own.
-    const double launch = s.goodput ? s.goodput->record().launch_s : 0.0;
-    const double trident_startup = s.goodput ? s.goodput->record().startup_s : 0.0;
+    const report::Lifetime none;
+    const report::Lifetime& life = s.goodput ? s.goodput->record() : none;
+    const double launch = life.launch_s, trident_startup = life.startup_s;
     const double startup = launch + trident_startup;
     const double rest = eta - stop.stop_in_s;  // > 0 (stop_before_the_end): at least one link needed
     const ChainOutlook outlook = chain_outlook(rest, limit, lead, startup);

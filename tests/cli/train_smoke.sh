@@ -38,8 +38,8 @@ grep -Eq "Ask for at least --signal=B:USR1@[0-9]+" <<<"$late" || fail "the warni
 # 0's writes stalled), the final one as long as the last, and times the steps without them: at
 # step 6 the saves at 8 and 12 (the final), 4 s, where the window's 2 s save spread over its 2
 # steps said 6; at step 8 its own save and the final one, where the window without a save said 0.
-# seconds_of 1h05m|0m09s: in seconds (base 10: bash reads 09 as a bad octal number).
-seconds_of() { sed -E 's/^([0-9]+)h([0-9]+)m$/\1 \2 0/; s/^([0-9]+)m([0-9]+)s$/0 \1 \2/' <<<"$1" | { read -r h m s; echo $((10#$h * 3600 + 10#$m * 60 + 10#$s)); }; }
+# shellcheck source=tests/eta_text.sh
+source "$(dirname "$0")/../eta_text.sh"  # seconds_of
 eta_of() { seconds_of "$(sed -nE "s/.*step $1\/12 .*ETA ([0-9hms]+)$/\1/p" <<<"$saving")"; }
 saving=$(TRIDENT_TEST_SLOW_SAVE=0:2000 "$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 \
          --set run.name=smoke_saving --set run.max_steps=12 --set run.log_every=2 --set checkpoint.every_steps=4 \

@@ -10,6 +10,8 @@ state=$1 src=$2 trident=$3 name=$4
 [ -s "$state/env.sh" ] || { echo "FAIL: no SLURM cluster in $state (the slurm_cluster_start fixture failed?)"; exit 1; }
 # shellcheck disable=SC1091
 source "$state/env.sh"
+# shellcheck source=tests/eta_text.sh
+source "$src/tests/eta_text.sh"  # seconds_of
 timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP' \
   || { echo "FAIL: slurmctld of $state does not answer ($SLURM_CONF)"; exit 1; }
 work=$state/../work/$name

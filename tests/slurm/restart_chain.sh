@@ -36,11 +36,11 @@ mapfile -t short < <("$src/jobs/restart_chain.sh" -n 3 --time=4 --ntasks-per-nod
 wait_for_line "$work/short-${short[0]}.out" "this restart chain will not finish the run" 120
 # Each later link trains its 240 s less the 120 s lead and a start-up as long as this one's: from
 # the job's start (the job script passes squeue's) through srun's launch to trident's first step.
-line=$(grep -E "warning: this restart chain will not finish the run: .*, and its 2 link\(s\) after this one train about [0-9]m[0-9]{2}s each \(the job's --time 4m00s less its start-up [0-9]m[0-9]{2}s \(the job's launch [0-9]m[0-9]{2}s, trident's [0-9]m[0-9]{2}s\) and the signal's lead 120 s\).*About [0-9]+ more link\(s\) are needed" \
-  "$work/short-${short[0]}.out") || { show_job "${short[0]}"; fail "link 1 of a short chain does not say how many links it lacks, with its launch"; }
-seconds() { local t=$1; echo $((10#${t%m*} * 60 + 10#${t#*m})); }
-per=$(seconds "$(sed -E 's/.* train about ([0-9]+m[0-9]+)s each.*/\1/' <<<"$line")")
-startup=$(seconds "$(sed -E 's/.* less its start-up ([0-9]+m[0-9]+)s .*/\1/' <<<"$line")")
+pattern="warning: this restart chain will not finish the run: .*, and its 2 link\(s\) after this one train about ([0-9]m[0-9]{2}s) each \(the job's --time 4m00s less its start-up ([0-9]m[0-9]{2}s \(the job's launch [0-9]m[0-9]{2}s, trident's [0-9]m[0-9]{2}s\)) and the signal's lead 120 s\).*About [0-9]+ more link\(s\) are needed"
+line=$(grep -E "$pattern" "$work/short-${short[0]}.out") && [[ $line =~ $pattern ]] \
+  || { show_job "${short[0]}"; fail "link 1 of a short chain does not say how many links it lacks, with its launch"; }
+startup_text=${BASH_REMATCH[2]}
+per=$(seconds_of "${BASH_REMATCH[1]}") startup=$(seconds_of "${startup_text%% *}")
 [ $((240 - 120 - startup - per)) -ge -1 ] && [ $((240 - 120 - startup - per)) -le 1 ] \
   || fail "a link trains ${per} s, not 240 - 120 - its start-up ${startup} s: $line"
 scancel "${short[@]}"
@@ -48,7 +48,7 @@ for link in 0 1 2; do
   s=$(wait_job "${short[link]}" 60)
   [ "$s" = CANCELLED ] || { show_job "${short[link]}"; fail "the short chain's link $((link + 1)) ended $s after scancel, expected CANCELLED"; }
 done
-echo "a chain too short: link 1 said how many links it lacks (a link trains ${per} s: 240 - lead 120 - start-up $(sed -E 's/.* less its start-up (.*\)) and the signal.*/\1/' <<<"$line")); cancelled ($(elapsed))"
+echo "a chain too short: link 1 said how many links it lacks (a link trains ${per} s: 240 - lead 120 - start-up $startup_text); cancelled ($(elapsed))"
 
 # A layout the allocation cannot hold (3 pipeline stages on 2 ranks): hybrid.slurm's plan refuses
 # it (exit 2) before any rank starts, and the rest of the chain is cancelled then, not started

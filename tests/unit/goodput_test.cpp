@@ -3,11 +3,11 @@
 // computed here by hand.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
