@@ -144,13 +144,17 @@ start_cluster() {
   cat >"$STATE/etc/epilog.sh" <<'EOF'
 #!/bin/sh
 # Kill what proctrack/linuxproc lost of this job (children re-parented to init): processes whose
-# environment has this job's id and this cluster's SLURM_CONF, except prologs/epilogs.
-[ -n "$SLURM_JOB_ID" ] && [ -n "$SLURM_CONF" ] || exit 0
+# environment has this job's id, this cluster's SLURM_CONF and this node's name, except
+# prologs/epilogs. The node's name matters because every node of this cluster is one machine:
+# after an scancel each node runs its epilog as soon as its own tasks have ended, and node2's
+# epilog would SIGKILL node1's batch shell (and a rank still committing) mid-stop.
+[ -n "$SLURM_JOB_ID" ] && [ -n "$SLURM_CONF" ] && [ -n "$SLURMD_NODENAME" ] || exit 0
 for d in /proc/[0-9]*; do
   [ "${d#/proc/}" = "$$" ] && continue
   env=$(tr '\0' '\n' 2>/dev/null <"$d/environ") || continue
   printf '%s\n' "$env" | grep -qxF "SLURM_JOB_ID=$SLURM_JOB_ID" || continue
   printf '%s\n' "$env" | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
+  printf '%s\n' "$env" | grep -qxF "SLURMD_NODENAME=$SLURMD_NODENAME" || continue
   printf '%s\n' "$env" | grep -q '^SLURM_SCRIPT_CONTEXT=' && continue
   kill -KILL "${d#/proc/}" 2>/dev/null
 done

@@ -24,8 +24,11 @@ out=$work/pre-$id.out
 wait_for_line "$out" "step 20/$steps" 60
 scancel --signal=USR1 --batch "$id"
 echo "SIGUSR1 sent to the batch shell of job $id after $(elapsed)"
+# The job script's decision comes a moment after "trident exited with" (it asks scontrol first):
+# wait for that line, not the one before it.
 wait_for_line "$out" "trident exited with" 60
 grep -q "trident exited with 3" "$out" || { show_job "$id"; fail "trident did not exit 3 after SIGUSR1 (finished before the signal?)"; }
+wait_for_line "$out" "trident job: (stopped by a signal|cancelled)" 30
 grep -q "requeueing (restart 1 of at most 3)" "$out" || { show_job "$id"; fail "the job did not requeue itself"; }
 expect_completed "$id" 120 "the requeued job"
 [ "$(field "$id" Restarts)" = 1 ] || fail "Restarts=$(field "$id" Restarts), expected 1"
