@@ -72,10 +72,10 @@ id=$(TRIDENT=$prefix/bin/trident sbatch --parsable --ntasks-per-node=1 --time=4 
 wait_for_line "$work/limit-$id.out" "will not finish in this job" 120
 # The signal comes 240 - 120 s after the job's start less the time to this line: 2m00s on a fast
 # start (rounded, the line came within a second), 1m30s or more unless the start took 30 s.
-comes_in=$(grep -Eo "warning: this run will not finish in this job: .*, which comes in [0-9]m[0-9]{2}s \(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S 120 s\)" \
-  "$work/limit-$id.out" | grep -Eo "comes in [0-9]m[0-9]{2}s" | grep -Eo "[0-9]m[0-9]{2}s")
-{ [ -n "$comes_in" ] && [ "$(seconds_of "$comes_in")" -le 120 ] && [ "$(seconds_of "$comes_in")" -ge 90 ]; } \
-  || { show_job "$id"; fail "the line does not say the signal comes in 90-120 s (it says '${comes_in}')"; }
+pattern="warning: this run will not finish in this job: .*, which comes in ([0-9]m[0-9]{2}s) \(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S 120 s\)"
+line=$(grep -E "$pattern" "$work/limit-$id.out") && [[ $line =~ $pattern ]] && comes_in=${BASH_REMATCH[1]} \
+  && signal_in=$(seconds_of "$comes_in") && [ "$signal_in" -ge 90 ] && [ "$signal_in" -le 120 ] \
+  || { show_job "$id"; fail "the line does not say the signal comes in 90-120 s (it says '${comes_in:-}')"; }
 echo "a run longer than its job's time limit: said so (its signal in $comes_in, $(grep -o "at about step [0-9]* of 10000000" "$work/limit-$id.out"))"
 # Then the user cancels it: the ranks save (SIGTERM) and the job ends CANCELLED, not requeued
 # (a requeue would start the cancelled job again).
