@@ -14,13 +14,17 @@
 #    is not ended when that grace time runs out;
 #  * that requeue counts toward TRIDENT_MAX_REQUEUE: with a cap of 1, the job preempted a
 #    second time saves and ends, not requeued, with the checkpoint of the step it stopped at.
+# The grace cases run jobs/hybrid.slurm with 2 pipeline stages (dp 1 x pp 2), the others
+# jobs/ddp_2nodes.slurm: both scripts' requeue decisions, under a real preemption, and a
+# pipeline's two stages saving one checkpoint on a signal that reaches them from Slurm.
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" preempt_sigterm
 export TRIDENT=$trident
 
+job_script=ddp_2nodes.slurm job_layout=()  # the grace cases: hybrid.slurm, parallel.pp=2
 long_run() {  # PARTITION NAME: a run far longer than the test, alone on both nodes
   # shellcheck disable=SC2046
   sbatch --parsable --partition="$1" --nodes=2 --ntasks-per-node=1 --exclusive --output="$work/$2-%j.out" \
-    "$src/jobs/ddp_2nodes.slurm" $(tiny_args 10000000) --set run.output_dir="$work/$2"
+    "$src/jobs/$job_script" $(tiny_args 10000000) ${job_layout[@]+"${job_layout[@]}"} --set run.output_dir="$work/$2"
 }
 preempt() {  # a job of partition `high` on both nodes: it preempts what runs there
   sbatch --parsable --partition=high --nodes=2 --exclusive --output=/dev/null --wrap "sleep 1" >/dev/null
@@ -55,11 +59,13 @@ echo "PreemptMode=REQUEUE: saved, requeued by Slurm alone, resumed ($(elapsed))"
 scancel "$id"
 expect_cancelled "$id" 1
 
+job_script=hybrid.slurm job_layout=(--set parallel.pp=2)
 for partition in grace grace_requeue; do
   cap=3
   [ $partition = grace ] && cap=1  # and preempted a second time below
   TRIDENT_MAX_REQUEUE=$cap preempted_and_resumed $partition $partition \
     "trident job: stopped by a signal; requeueing \(restart 1 of at most $cap\)"
+  grep -q "layout: world 2 = dp 1 x pp 2" "$out" || { show_tail 40 "$out"; fail "$partition: the job did not run 2 pipeline stages"; }
   # The grace (15 s) ends after the requeue: Slurm must leave the restarted job running.
   sleep $((preempted_at + 20 - SECONDS > 0 ? preempted_at + 20 - SECONDS : 0))
   [ "$(field "$id" JobState)" = RUNNING ] && [ "$(field "$id" Restarts)" = 1 ] \
