@@ -20,11 +20,12 @@
 source "$(dirname "$0")/common.sh" "$1" "$2" "$3" preempt_sigterm
 export TRIDENT=$trident
 
-job_script=ddp_2nodes.slurm job_layout=()  # the grace cases: hybrid.slurm, parallel.pp=2
 long_run() {  # PARTITION NAME: a run far longer than the test, alone on both nodes
+  local script=ddp_2nodes.slurm layout=()
+  case $1 in grace*) script=hybrid.slurm layout=(--set parallel.pp=2) ;; esac
   # shellcheck disable=SC2046
   sbatch --parsable --partition="$1" --nodes=2 --ntasks-per-node=1 --exclusive --output="$work/$2-%j.out" \
-    "$src/jobs/$job_script" $(tiny_args 10000000) ${job_layout[@]+"${job_layout[@]}"} --set run.output_dir="$work/$2"
+    "$src/jobs/$script" $(tiny_args 10000000) ${layout[@]+"${layout[@]}"} --set run.output_dir="$work/$2"
 }
 preempt() {  # a job of partition `high` on both nodes: it preempts what runs there
   sbatch --parsable --partition=high --nodes=2 --exclusive --output=/dev/null --wrap "sleep 1" >/dev/null
@@ -59,7 +60,6 @@ echo "PreemptMode=REQUEUE: saved, requeued by Slurm alone, resumed ($(elapsed))"
 scancel "$id"
 expect_cancelled "$id" 1
 
-job_script=hybrid.slurm job_layout=(--set parallel.pp=2)
 for partition in grace grace_requeue; do
   cap=3
   [ $partition = grace ] && cap=1  # and preempted a second time below
