@@ -54,6 +54,18 @@ std::optional<StopBeforeTheEnd> stop_before_the_end(double end_time, double lead
   return StopBeforeTheEnd{stop_in_s, steps_done + static_cast<int64_t>(ahead * stop_in_s / eta_s)};
 }
 
+bool JobEndTelling::tell(int64_t step, double rest_s) {
+  if (told_before()) {
+    const bool behind = rest_s >= 2 * told_rest_s_ && rest_s >= told_rest_s_ + 60;
+    lines_behind_ = behind ? lines_behind_ + 1 : 0;
+    if (lines_behind_ < 2) return false;
+  }
+  told_step_ = step;
+  told_rest_s_ = rest_s;
+  lines_behind_ = 0;
+  return true;
+}
+
 std::string signal_lead_warning(double lead_s, const SafeStop& stop) {
   if (!(lead_s > 0) || lead_s >= stop.needed_s()) return "";
   const double asked = std::ceil(1.5 * stop.needed_s());

@@ -79,6 +79,31 @@ struct ChainOutlook {
 };
 ChainOutlook chain_outlook(double rest_s, double time_limit_s, double lead_s, double startup_s);
 
+// When a run that will not finish in its job (or its restart chain) is told so: at the first
+// progress line that finds it, and again when it has fallen further behind since (a node that
+// slowed down, a file system that stalls its steps), as the time or links it was told to ask for
+// would then be short by as much again. Its rest is what it needs past this job's stop signal (its
+// ETA less the signal's time): at a steady rate that stays about the same, as the ETA and the signal
+// come nearer alike. Further behind is a rest at least twice the one last told and a minute longer
+// (sbatch --time counts minutes), on two progress lines in a row: one window of steps
+// (run.log_every) that a hiccup slowed is not enough.
+class JobEndTelling {
+ public:
+  // At the progress line of step boundary `step` whose ETA goes past the stop signal by `rest_s`:
+  // whether to tell it (then `told_*` are this line's).
+  bool tell(int64_t step, double rest_s);
+  // At a progress line whose ETA is within the job: no line in a row behind.
+  void on_time() { lines_behind_ = 0; }
+  bool told_before() const { return told_step_ >= 0; }
+  int64_t told_step() const { return told_step_; }
+  double told_rest_s() const { return told_rest_s_; }
+
+ private:
+  int64_t told_step_ = -1;
+  double told_rest_s_ = 0;
+  int lines_behind_ = 0;  // progress lines in a row that far behind the rest told
+};
+
 // The warning for a lead of `lead_s` seconds, naming the lead needed (with a 1.5x margin for
 // slower steps and saves); "" when the lead suffices or is unknown (0).
 std::string signal_lead_warning(double lead_s, const SafeStop& stop);

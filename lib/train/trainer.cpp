@@ -231,6 +231,18 @@ void stall_if_asked(int rank, int64_t step) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// Fault injection for the job-end tests: TRIDENT_TEST_SLOW_STEPS=STEP:MS makes each step after
+// step boundary STEP take MS ms more, on every rank (a node that throttles, a file system that
+// stalls the loader: a run that falls behind its ETA); said once.
+void slow_steps_if_asked(int64_t step) {
+  static const char* spec = std::getenv("TRIDENT_TEST_SLOW_STEPS");
+  long long from = -1, ms = 0;
+  if (!spec || std::sscanf(spec, "%lld:%lld", &from, &ms) != 2 || step <= from) return;
+  if (step == from + 1)
+    std::fprintf(stderr, "trident: test: the steps after step %lld slowed by %lld ms (TRIDENT_TEST_SLOW_STEPS)\n", from, ms);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 // Fault injection for the fail-fast tests: TRIDENT_TEST_FAULT=RANK:STEP makes that rank fail alone
 // (a Fault, as an I/O error would) at that step boundary, after the boundary's save has started.
 void fault_if_asked(int rank, int64_t step) {
@@ -620,23 +632,31 @@ class ProgressLog {
     return per_sample * static_cast<double>(ahead.within_epochs * within + ahead.epoch_ends * split);
   }
 
-  // Once, from the second progress line on (the first window holds the run's warm-up): a run that
-  // will not finish in its job (the job scripts pass its end, TRIDENT_JOB_END_TIME) is said early,
-  // with where the job's stop signal will save it and how much longer a job would need.
+  // From the second progress line on (the first window holds the run's warm-up): a run that will
+  // not finish in its job (the job scripts pass its end, TRIDENT_JOB_END_TIME) is said early, with
+  // where the job's stop signal will save it and how much longer a job would need; and said again
+  // when it has fallen further behind (train/safe_stop's JobEndTelling).
   void warn_if_past_the_job_end(const Trainer::State& s, int64_t steps_done, double eta) {
-    if (job_end_warned_ || ++lines_ < 2) return;
+    if (++lines_ < 2) return;
     const double lead = signal_lead_seconds();
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const auto stop = stop_before_the_end(job_end_time(), lead, now, eta, steps_done, s.stage.total_steps);
-    if (!stop) return;
-    job_end_warned_ = true;
+    if (!stop) return job_end_telling_.on_time();
+    const double rest = eta - stop->stop_in_s;  // > 0 (stop_before_the_end)
+    const std::string behind =
+        job_end_telling_.told_before()
+            ? fmt::format("this run has fallen further behind since step {} (past the stop signal it needed {} "
+                          "then, {} now); ",
+                          job_end_telling_.told_step(), eta_text(job_end_telling_.told_rest_s()), eta_text(rest))
+            : "";
+    if (!job_end_telling_.tell(steps_done, rest)) return;
     const ChainLinks chain = chain_links();
     const double limit = job_time_limit_seconds();
-    if (chain.links > 0 && limit > 0) return tell_the_chain(s, chain, limit, lead, eta, *stop);
-    log::warn("this run will not finish in this job: {}. The run saves there and exits 3; a requeue or the next job "
+    if (chain.links > 0 && limit > 0) return tell_the_chain(s, chain, limit, lead, eta, *stop, behind);
+    log::warn("{}this run will not finish in this job: {}. The run saves there and exits 3; a requeue or the next job "
               "of a chain (jobs/restart_chain.sh) continues from that checkpoint. To finish in one job, ask for about "
               "{} more (sbatch --time)",
-              past_the_stop_signal("the job's", eta, lead, *stop), eta_text(eta - stop->stop_in_s));
+              behind, past_the_stop_signal("the job's", eta, lead, *stop), eta_text(rest));
   }
 
   // Where the ETA goes past `whose` stop signal: when it comes and at about which step.
@@ -647,10 +667,11 @@ class ProgressLog {
   }
 
   // A link of a restart chain stops at its time limit by design: the chain is what must finish the
-  // run. Said once, as a line when the links after this one are enough at this rate (which of them
-  // finishes it), as a warning with the links missing when they are not.
+  // run. Said as a line when the links after this one are enough at this rate (which of them
+  // finishes it), as a warning with the links missing when they are not; `behind` leads it when it
+  // is said again.
   void tell_the_chain(const Trainer::State& s, const ChainLinks& chain, double limit, double lead, double eta,
-                      const StopBeforeTheEnd& stop) {
+                      const StopBeforeTheEnd& stop, const std::string& behind) {
     // A link starts up as this job did: the job script and srun's launch, then trident's own.
     const report::Lifetime none;
     const report::Lifetime& life = s.goodput ? s.goodput->record() : none;
@@ -665,13 +686,13 @@ class ProgressLog {
     const std::string per_link = fmt::format("the job's --time {} less its start-up {}{} and the signal's lead {:g} s",
                                              eta_text(limit), eta_text(startup), startup_parts, lead);
     if (outlook.links_needed < 0) {
-      log::warn("this restart chain (link {} of {}) will not finish the run: {}, and a link after it trains nothing "
+      log::warn("{}this restart chain (link {} of {}) will not finish the run: {}, and a link after it trains nothing "
                 "({}). Ask for a longer --time",
-                chain.link, chain.links, where, per_link);
+                behind, chain.link, chain.links, where, per_link);
     } else if (outlook.links_needed <= chain.after()) {
-      log::info("link {} of {} of a restart chain: {}. The next link continues from that checkpoint; at this rate "
+      log::info("{}link {} of {} of a restart chain: {}. The next link continues from that checkpoint; at this rate "
                 "link {} finishes the run (each link trains about {}: {}) and cancels the links left",
-                chain.link, chain.links, where, chain.link + outlook.links_needed,
+                behind, chain.link, chain.links, where, chain.link + outlook.links_needed,
                 eta_text(outlook.per_link_s), per_link);
     } else {
       const int64_t missing = outlook.links_needed - chain.after();
@@ -683,10 +704,10 @@ class ProgressLog {
                             "needs after this job",
                             chain.after(), eta_text(outlook.per_link_s), per_link,
                             eta_text(outlook.per_link_s * static_cast<double>(chain.after())), eta_text(rest));
-      log::warn("this restart chain will not finish the run: {}, {}. About {} more link(s) are needed: when this chain "
+      log::warn("{}this restart chain will not finish the run: {}, {}. About {} more link(s) are needed: when this chain "
                 "has ended, submit jobs/restart_chain.sh -n {} with the same arguments (it continues from the "
                 "checkpoints), or ask for a longer --time",
-                where, after, missing, missing);
+                behind, where, after, missing, missing);
     }
   }
 
@@ -711,7 +732,7 @@ class ProgressLog {
   double window_checkpoint_s_;  // s.times.checkpoint when the window began
   int64_t saves_started_ = 0;   // this run's periodic saves
   int64_t lines_ = 0;           // progress lines this run
-  bool job_end_warned_ = false;
+  JobEndTelling job_end_telling_;
   double evaluation_s_per_sample_ = 0;  // the last evaluation's
 };
 
@@ -875,6 +896,7 @@ void train_epoch(Trainer::State& s, int64_t epoch, int64_t first, int64_t end, R
     const bool writing = s.background_save && !s.background_save->written();
     Stopwatch step_watch;
     train_step(s, step, loader.get(), run.tally);
+    slow_steps_if_asked(step + 1);
     const double step_s = step_watch.seconds();
     run.step_seconds += step_s;
     if (writing) {

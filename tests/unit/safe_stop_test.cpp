@@ -143,3 +143,39 @@ TEST(SafeStop, TheLinksARunNeedsAfterThisJob) {
   // A link whose start-up and lead take its whole time never trains.
   EXPECT_EQ(chain_outlook(30000, 400, 120, 300).links_needed, -1);
 }
+
+TEST(SafeStop, ARunFallenFurtherBehindIsToldAgainOnlyAfterTwoLinesAtTwiceItsRest) {
+  JobEndTelling telling;
+  EXPECT_FALSE(telling.told_before());
+  // The first line that finds the run past its stop signal tells it.
+  EXPECT_TRUE(telling.tell(20, 300));
+  EXPECT_EQ(telling.told_step(), 20);
+  EXPECT_DOUBLE_EQ(telling.told_rest_s(), 300.0);
+  // A steady rate, a rest a little longer: not again.
+  EXPECT_FALSE(telling.tell(30, 310));
+  EXPECT_FALSE(telling.tell(40, 590));  // short of twice
+  // One window at twice the rest, then one back at the rate told: a hiccup, not again.
+  EXPECT_FALSE(telling.tell(50, 700));
+  EXPECT_FALSE(telling.tell(60, 320));
+  EXPECT_FALSE(telling.tell(70, 700));
+  // A line on time between two behind breaks the row.
+  telling.on_time();
+  EXPECT_FALSE(telling.tell(80, 700));
+  // Two lines in a row at twice the rest or more: told again, with the second's rest.
+  EXPECT_TRUE(telling.tell(90, 650));
+  EXPECT_EQ(telling.told_step(), 90);
+  EXPECT_DOUBLE_EQ(telling.told_rest_s(), 650.0);
+  // Now measured from 650 s: 1000 s is not twice.
+  EXPECT_FALSE(telling.tell(100, 1000));
+  EXPECT_FALSE(telling.tell(110, 1000));
+}
+
+TEST(SafeStop, ARestTwiceAsLongButUnderAMinuteMoreIsNotFurtherBehind) {
+  // 10 s told, 40 s now: twice and more, but sbatch --time counts minutes.
+  JobEndTelling telling;
+  EXPECT_TRUE(telling.tell(20, 10));
+  EXPECT_FALSE(telling.tell(30, 40));
+  EXPECT_FALSE(telling.tell(40, 40));
+  EXPECT_FALSE(telling.tell(50, 75));
+  EXPECT_TRUE(telling.tell(60, 71));  // 50's 75 and 60's 71: both 60 s past 10, twice and more
+}
