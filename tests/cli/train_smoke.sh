@@ -61,11 +61,11 @@ long=$(TRIDENT_JOB_END_TIME=$(($(date +%s) + 60)) TRIDENT_SIGNAL_LEAD_S=5 TRIDEN
 [ "$(grep -c "will not finish in this job" <<<"$long")" = 1 ] || fail "expected one line saying the run will not finish: $long"
 grep -Eq "^\[trident 0\] warning: this run will not finish in this job: its ETA, [0-9hms]+, goes past the job's stop signal, which comes in 0m[0-5][0-9]s \(TRIDENT_JOB_END_TIME less TRIDENT_SIGNAL_LEAD_S 5 s\), at about step [0-9]+ of 100000\..* ask for about [0-9hms]+ more \(sbatch --time\)" \
   <<<"$(grep -A1 "step 20/100000" <<<"$long" | tail -1)" || fail "no such line after the second progress line: $long"
-# The same run slowed after step 30 by 20 ms a step (TRIDENT_TEST_SLOW_STEPS; a step here takes a few
+# The same run slowed after step 30 by 50 ms a step (TRIDENT_TEST_SLOW_STEPS; a step here takes a few
 # ms) falls further behind: what it needs past the stop signal more than doubles. It is told again,
 # at the second line in a row so far behind (step 50, not 40: one slow window is not enough), with
 # the time it was told at step 20 and the time it needs now; and only then.
-slowed=$(TRIDENT_TEST_SLOW_STEPS=30:20 TRIDENT_JOB_END_TIME=$(($(date +%s) + 60)) TRIDENT_SIGNAL_LEAD_S=5 \
+slowed=$(TRIDENT_TEST_SLOW_STEPS=30:50 TRIDENT_JOB_END_TIME=$(($(date +%s) + 60)) TRIDENT_SIGNAL_LEAD_S=5 \
          TRIDENT_TEST_FAULT=0:60 "$mpiexec" -n "$np" "$trident" train /dev/null --set data.path=data/syn.h5 \
          --set run.name=smoke_slowed --set run.max_steps=100000 --set run.log_every=10 --set optim.global_batch=64 \
          --set optim.micro_batch=16 2>&1) && fail "the slowed run with a fault at step 60 exited 0: $slowed"
