@@ -51,7 +51,7 @@ std::optional<StopBeforeTheEnd> stop_before_the_end(double end_time, double lead
   const double stop_in_s = end_time - std::max(lead_s, 0.0) - now;
   if (!(stop_in_s > 0) || !(eta_s > stop_in_s)) return std::nullopt;
   const auto ahead = static_cast<double>(total_steps - steps_done);
-  return StopBeforeTheEnd{stop_in_s, steps_done + static_cast<int64_t>(ahead * stop_in_s / eta_s)};
+  return StopBeforeTheEnd{stop_in_s, steps_done + static_cast<int64_t>(ahead * stop_in_s / eta_s), eta_s - stop_in_s};
 }
 
 bool JobEndTelling::tell(int64_t step, double rest_s) {

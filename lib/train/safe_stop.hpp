@@ -35,10 +35,11 @@ double job_end_time();
 
 // A run whose ETA goes past its job's stop signal (`lead_s` before the job's end, `end_time`):
 // the signal comes in `stop_in_s`, at about step `step` (the steps ahead taken to share the ETA
-// evenly, its saves and evaluations included).
+// evenly, its saves and evaluations included); the run needs `rest_s` more after it (> 0).
 struct StopBeforeTheEnd {
   double stop_in_s = 0;
   int64_t step = 0;
+  double rest_s = 0;
 };
 // At step boundary `steps_done` of `total_steps`, `now` in UNIX seconds; none when the run ends
 // before the signal, the end is unknown (0), or the signal's time has passed already.

@@ -642,21 +642,21 @@ class ProgressLog {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const auto stop = stop_before_the_end(job_end_time(), lead, now, eta, steps_done, s.stage.total_steps);
     if (!stop) return job_end_telling_.on_time();
-    const double rest = eta - stop->stop_in_s;  // > 0 (stop_before_the_end)
+    const JobEndTelling last_told = job_end_telling_;
+    if (!job_end_telling_.tell(steps_done, stop->rest_s)) return;
     const std::string behind =
-        job_end_telling_.told_before()
+        last_told.told_before()
             ? fmt::format("this run has fallen further behind since step {} (past the stop signal it needed {} "
                           "then, {} now); ",
-                          job_end_telling_.told_step(), eta_text(job_end_telling_.told_rest_s()), eta_text(rest))
+                          last_told.told_step(), eta_text(last_told.told_rest_s()), eta_text(stop->rest_s))
             : "";
-    if (!job_end_telling_.tell(steps_done, rest)) return;
     const ChainLinks chain = chain_links();
     const double limit = job_time_limit_seconds();
     if (chain.links > 0 && limit > 0) return tell_the_chain(s, chain, limit, lead, eta, *stop, behind);
     log::warn("{}this run will not finish in this job: {}. The run saves there and exits 3; a requeue or the next job "
               "of a chain (jobs/restart_chain.sh) continues from that checkpoint. To finish in one job, ask for about "
               "{} more (sbatch --time)",
-              behind, past_the_stop_signal("the job's", eta, lead, *stop), eta_text(rest));
+              behind, past_the_stop_signal("the job's", eta, lead, *stop), eta_text(stop->rest_s));
   }
 
   // Where the ETA goes past `whose` stop signal: when it comes and at about which step.
@@ -677,7 +677,7 @@ class ProgressLog {
     const report::Lifetime& life = s.goodput ? s.goodput->record() : none;
     const double launch = life.launch_s, trident_startup = life.startup_s;
     const double startup = launch + trident_startup;
-    const double rest = eta - stop.stop_in_s;  // > 0 (stop_before_the_end): at least one link needed
+    const double rest = stop.rest_s;  // > 0: at least one link needed
     const ChainOutlook outlook = chain_outlook(rest, limit, lead, startup);
     const std::string where = past_the_stop_signal("this job's", eta, lead, stop);
     const std::string startup_parts =

@@ -81,6 +81,7 @@ TEST(SafeStop, ARunPastItsJobsStopSignalIsToldWhereItStops) {
   ASSERT_TRUE(stop.has_value());
   EXPECT_DOUBLE_EQ(stop->stop_in_s, 1880.0);
   EXPECT_EQ(stop->step, 2880);
+  EXPECT_DOUBLE_EQ(stop->rest_s, 2120.0);  // 4000 s ahead less the 1880 s before the signal
   // Finishing before the signal, with no end known, or with the signal's time already passed: none.
   EXPECT_FALSE(stop_before_the_end(10000, 120, 8000, 1800, 1000, 5000).has_value());
   EXPECT_FALSE(stop_before_the_end(0, 120, 8000, 4000, 1000, 5000).has_value());
